@@ -1,0 +1,181 @@
+"""Group specs: what one agent group looks like, read from a torchrl multi-agent env.
+
+A group is the unit that gets its own PPO loss. Its spec lists its agents, the keys it
+observes and acts on, the raw reward/done keys the env writes for it, and the keys its
+loss reads and writes. Those loss keys always live under the group's own sub-tensordict,
+never at the root, so two groups' losses cannot overwrite each other's advantages.
+
+>>> from torchrl.envs.libs.vmas import VmasEnv
+>>> env = VmasEnv("simple_tag", num_envs=2, continuous_actions=True, seed=0)
+>>> specs = read_group_specs(env)
+>>> list(specs), specs["adversary"].n_agents, specs["agent"].n_agents
+(['adversary', 'agent'], 3, 1)
+>>> specs["adversary"].keys.advantage
+('adversary', 'advantage')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensordict.utils import NestedKey
+from torchrl.data import Composite, TensorSpec
+from torchrl.envs import EnvBase
+
+__all__ = ["GroupKeys", "GroupSpec", "read_group_specs"]
+
+# Entries under a group's observation spec that are not inputs to the policy.
+_NON_INPUT_OBS = frozenset({"info", "mask", "action_mask"})
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """The keys one group's loss reads and writes, all namespaced under the group.
+
+    Reward/done keys are relative to ``"next"`` (as torchrl's losses expect).
+    """
+
+    group: str
+    action: NestedKey
+    log_prob: NestedKey
+    value: NestedKey
+    advantage: NestedKey
+    value_target: NestedKey
+    reward: NestedKey
+    done: NestedKey
+    terminated: NestedKey
+    episode_reward: NestedKey
+    mask: NestedKey | None = None
+
+    @classmethod
+    def for_group(cls, group: str, mask: NestedKey | None = None) -> "GroupKeys":
+        return cls(
+            group=group,
+            action=(group, "action"),
+            log_prob=(group, "action_log_prob"),
+            value=(group, "state_value"),
+            advantage=(group, "advantage"),
+            value_target=(group, "value_target"),
+            reward=(group, "train_reward"),
+            done=(group, "train_done"),
+            terminated=(group, "train_terminated"),
+            episode_reward=(group, "episode_reward"),
+            mask=mask,
+        )
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One agent group as the env describes it.
+
+    Attributes:
+        name: the group's key in the env's tensordicts.
+        agents: agent names, in the order of the agent dimension.
+        observation_keys: policy/critic inputs, e.g. ``(("agents", "observation"),)``.
+        action_spec: the group's action spec (tensor or composite), env batch dims included.
+        env_batch_ndim: how many leading env batch dims the specs carry (VMAS: 1, PettingZoo: 0).
+        raw_reward_key: the env's own reward for the group, e.g. ``("agents", "reward")``.
+        raw_done_key: the env's own per-agent done for the group, if it has one.
+        raw_terminated_key: the env's own per-agent terminated for the group, if it has one.
+        action_mask_key: legal-action mask the policy must respect, if the env gives one.
+        observation_shape: per-step shape of the first observation entry, ``[n_agents, obs_dim]``.
+        keys: the namespaced keys the group's loss reads and writes.
+    """
+
+    name: str
+    agents: tuple[str, ...]
+    observation_keys: tuple[NestedKey, ...]
+    action_spec: TensorSpec
+    env_batch_ndim: int
+    raw_reward_key: NestedKey | None
+    raw_done_key: NestedKey | None = None
+    raw_terminated_key: NestedKey | None = None
+    action_mask_key: NestedKey | None = None
+    observation_shape: tuple[int, ...] | None = None
+    keys: GroupKeys = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            object.__setattr__(self, "keys", GroupKeys.for_group(self.name))
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def agent_action_spec(self) -> TensorSpec:
+        """The action spec of one step of the group, without env batch dims: ``[n_agents, ...]``."""
+        spec = self.action_spec
+        for _ in range(self.env_batch_ndim):
+            spec = spec[0]
+        return spec
+
+    @property
+    def is_composite_action(self) -> bool:
+        return isinstance(self.action_spec, Composite)
+
+
+def _leaf_keys(spec: Composite, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+    out = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        key = (key,) if isinstance(key, str) else tuple(key)
+        out.append(prefix + key)
+    return out
+
+
+def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
+    """Reads one :class:`GroupSpec` per agent group from a torchrl multi-agent env.
+
+    Works with any env that has a ``group_map`` and torchrl's multi-agent layout
+    (``VmasEnv``, ``PettingZooWrapper``, a custom ``EnvBase``).
+    """
+    group_map = getattr(env, "group_map", None)
+    if not group_map:
+        raise ValueError(
+            f"{type(env).__name__} has no group_map: marl_ppo needs a multi-agent env in "
+            "torchrl's layout (VmasEnv, PettingZooWrapper, or an EnvBase with a group_map)."
+        )
+    obs_spec = env.full_observation_spec
+    act_spec = env.full_action_spec
+    rew_spec = env.full_reward_spec
+    done_spec = env.full_done_spec
+    batch_ndim = len(env.batch_size)
+    specs: dict[str, GroupSpec] = {}
+    for group, agents in group_map.items():
+        if group not in obs_spec.keys():
+            raise ValueError(
+                f"group {group!r} has no observation entry in the env's observation spec; "
+                f"the spec has {sorted(map(str, obs_spec.keys()))}"
+            )
+        group_obs = obs_spec[group]
+        obs_keys = tuple(
+            (group, k)
+            for k in group_obs.keys()
+            if k not in _NON_INPUT_OBS
+        )
+        if not obs_keys:
+            raise ValueError(f"group {group!r} has no observation to feed a policy")
+        action_key = (group, "action")
+        if action_key not in act_spec.keys(include_nested=True):
+            raise ValueError(
+                f"group {group!r} has no action at {action_key}; "
+                f"action keys are {list(act_spec.keys(True, True))}"
+            )
+        mask_key = (group, "action_mask") if "action_mask" in group_obs.keys() else None
+        reward_key = (group, "reward") if (group, "reward") in rew_spec.keys(True) else None
+        done_keys = done_spec.keys(True)
+        specs[group] = GroupSpec(
+            name=group,
+            agents=tuple(agents),
+            observation_keys=obs_keys,
+            action_spec=act_spec[action_key],
+            env_batch_ndim=batch_ndim,
+            raw_reward_key=reward_key,
+            raw_done_key=(group, "done") if (group, "done") in done_keys else None,
+            raw_terminated_key=(group, "terminated") if (group, "terminated") in done_keys else None,
+            action_mask_key=mask_key,
+            observation_shape=tuple(obs_spec[obs_keys[0]].shape[batch_ndim:]),
+            keys=GroupKeys.for_group(
+                group, mask=(group, "mask") if "mask" in group_obs.keys() else None
+            ),
+        )
+    return specs

@@ -1,0 +1,257 @@
+"""Policies and critics built from a group's specs, with torchrl's multi-agent modules.
+
+The action spec decides the distribution of each head:
+
+=====================================  ==========================================
+action spec (per agent)                 distribution
+=====================================  ==========================================
+``Bounded`` box                         :class:`~marl_ppo.distributions.StableTanhNormal`
+``Unbounded`` box                       torchrl ``IndependentNormal`` (``Independent(Normal, 1)``)
+``Categorical`` / ``OneHot``            ``Categorical`` / ``OneHotCategorical`` (masked if the env gives a mask)
+``MultiCategorical``                    :class:`~marl_ppo.distributions.MultiCategorical`
+``Composite`` of named heads            ``CompositeDistribution``, one log-prob per head
+=====================================  ==========================================
+
+>>> from torchrl.envs.libs.vmas import VmasEnv
+>>> from marl_ppo.groups import read_group_specs
+>>> env = VmasEnv("navigation", num_envs=2, n_agents=2, continuous_actions=True, seed=0)
+>>> group = read_group_specs(env)["agents"]
+>>> actor, critic = build_actor(group), build_critic(group, centralized=True)
+>>> td = critic(actor(env.reset()))
+>>> td["agents", "action"].shape, td["agents", "action_log_prob"].shape, td["agents", "state_value"].shape
+(torch.Size([2, 2, 2]), torch.Size([2, 2]), torch.Size([2, 2, 1]))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict.nn import (
+    CompositeDistribution,
+    NormalParamExtractor,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical as MultiCategoricalSpec,
+    MultiOneHot,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+from torchrl.modules.distributions import (
+    IndependentNormal,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    OneHotCategorical,
+)
+
+from marl_ppo.distributions import MultiCategorical, StableTanhNormal
+from marl_ppo.groups import GroupSpec
+
+__all__ = ["Head", "action_heads", "build_actor", "build_critic"]
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
+
+
+@dataclass(frozen=True)
+class Head:
+    """One action head: where its action lives, how many network outputs it needs, its distribution."""
+
+    name: tuple[str, ...]  # path inside the group's action ("" path for a plain action)
+    n_params: int
+    dist_class: type
+    dist_kwargs: dict[str, Any]
+    param_names: tuple[str, ...]  # "loc", "scale" or "logits"
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.name) if self.name else "action"
+
+
+def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
+    # spec is per agent: shape [n_agents, ...]
+    where = f"action head {'/'.join(name) or 'action'}"
+    if isinstance(spec, (Bounded,)) and spec.domain == "continuous":
+        low, high = spec.space.low[0], spec.space.high[0]
+        dim = spec.shape[-1]
+        return Head(name, 2 * dim, StableTanhNormal, {"low": low, "high": high}, ("loc", "scale"))
+    if isinstance(spec, Unbounded) and spec.domain == "continuous":
+        dim = spec.shape[-1]
+        return Head(name, 2 * dim, IndependentNormal, {"tanh_loc": False}, ("loc", "scale"))
+    if isinstance(spec, OneHot):
+        cls = MaskedOneHotCategorical if masked else OneHotCategorical
+        return Head(name, spec.shape[-1], cls, {}, ("logits",))
+    if isinstance(spec, Categorical):
+        if masked:
+            return Head(name, spec.space.n, MaskedCategorical, {}, ("logits",))
+        return Head(name, spec.space.n, torch.distributions.Categorical, {}, ("logits",))
+    if isinstance(spec, (MultiCategoricalSpec, MultiOneHot)):
+        if masked:
+            raise NotImplementedError(f"{where}: action masks on multi-discrete actions are not supported")
+        if isinstance(spec, MultiOneHot):
+            raise NotImplementedError(
+                f"{where}: MultiOneHot actions are not supported; ask the env for categorical indices "
+                "(VMAS: multidiscrete_actions=True, categorical_actions=True)"
+            )
+        nvec = [int(n) for n in spec.nvec.reshape(-1, spec.nvec.shape[-1])[0]]
+        return Head(name, sum(nvec), MultiCategorical, {"nvec": nvec}, ("logits",))
+    if isinstance(spec, Binary):
+        raise NotImplementedError(f"{where}: Binary action specs are not supported yet")
+    raise NotImplementedError(f"{where}: no policy head for action spec {type(spec).__name__}")
+
+
+def action_heads(group: GroupSpec) -> list[Head]:
+    """The group's action heads, in spec order (one head for a plain tensor action)."""
+    spec = group.agent_action_spec
+    masked = group.action_mask_key is not None
+    if not isinstance(spec, Composite):
+        return [_leaf_head((), spec, masked)]
+    heads = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        key = (key,) if isinstance(key, str) else tuple(key)
+        heads.append(_leaf_head(key, spec[key], masked=False))
+    return heads
+
+
+def _mlp(
+    group: GroupSpec, n_out: int, *, centralized: bool, share_params: bool,
+    hidden: Sequence[int], activation: str, device: torch.device | str | None,
+) -> MultiAgentMLP:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; known: {sorted(_ACTIVATIONS)}")
+    obs_spec_shape = _obs_dim(group)
+    return MultiAgentMLP(
+        n_agent_inputs=obs_spec_shape,
+        n_agent_outputs=n_out,
+        n_agents=group.n_agents,
+        centralized=centralized,
+        share_params=share_params,
+        depth=len(hidden),
+        num_cells=list(hidden),
+        activation_class=_ACTIVATIONS[activation],
+        device=device,
+    )
+
+
+def _obs_dim(group: GroupSpec) -> int:
+    if len(group.observation_keys) != 1:
+        raise NotImplementedError(
+            f"group {group.name!r} has several observation entries {group.observation_keys}; "
+            "policies read one flat observation per agent"
+        )
+    if group.observation_shape is None or len(group.observation_shape) != 2:
+        raise ValueError(
+            f"group {group.name!r}: observation shape {group.observation_shape} is not [n_agents, obs_dim]"
+        )
+    return group.observation_shape[-1]
+
+
+def build_actor(
+    group: GroupSpec,
+    *,
+    share_params: bool = True,
+    hidden: Sequence[int] = (256, 256),
+    activation: str = "tanh",
+    device: torch.device | str | None = None,
+) -> ProbabilisticActor:
+    """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
+
+    Writes ``(group, "action")`` and its log-prob: ``(group, "action_log_prob")`` for a plain action,
+    one ``<head>_log_prob`` entry beside each head for a composite action.
+    """
+    heads = action_heads(group)
+    g = group.name
+    n_out = sum(h.n_params for h in heads)
+    net = _mlp(group, n_out, centralized=False, share_params=share_params,
+               hidden=hidden, activation=activation, device=device)
+    obs_key = group.observation_keys[0]
+    if not group.is_composite_action:
+        head = heads[0]
+        if head.param_names == ("loc", "scale"):
+            module = TensorDictModule(
+                nn.Sequential(net, NormalParamExtractor()), in_keys=[obs_key],
+                out_keys=[(g, "loc"), (g, "scale")],
+            )
+            in_keys = {"loc": (g, "loc"), "scale": (g, "scale")}
+        else:
+            module = TensorDictModule(net, in_keys=[obs_key], out_keys=[(g, "logits")])
+            in_keys = {"logits": (g, "logits")}
+            if group.action_mask_key is not None:
+                in_keys["mask"] = group.action_mask_key
+        return ProbabilisticActor(
+            module,
+            in_keys=in_keys,
+            out_keys=[group.keys.action],
+            distribution_class=head.dist_class,
+            distribution_kwargs=head.dist_kwargs,
+            return_log_prob=True,
+            log_prob_key=group.keys.log_prob,
+        )
+    return _composite_actor(group, heads, net, obs_key)
+
+
+class _SplitHeads(nn.Module):
+    """Splits the MLP output into each head's distribution parameters (loc/scale or logits)."""
+
+    def __init__(self, heads: list[Head]) -> None:
+        super().__init__()
+        self.sizes = [h.n_params for h in heads]
+        self.kinds = [h.param_names for h in heads]
+        self.normal = NormalParamExtractor()
+
+    def forward(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params: list[torch.Tensor] = []
+        for chunk, kind in zip(out.split(self.sizes, dim=-1), self.kinds):
+            if kind == ("loc", "scale"):
+                params.extend(self.normal(chunk))
+            else:
+                params.append(chunk)
+        return tuple(params)
+
+
+def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey) -> ProbabilisticActor:
+    g = group.name
+    params_key = (g, "params")
+    out_keys = [params_key + h.name + (p,) for h in heads for p in h.param_names]
+    module = TensorDictModule(nn.Sequential(net, _SplitHeads(heads)), in_keys=[obs_key], out_keys=out_keys)
+    return ProbabilisticActor(
+        module,
+        in_keys={"params": params_key},
+        out_keys=[group.keys.action + h.name for h in heads],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={
+            "distribution_map": {h.name: h.dist_class for h in heads},
+            "name_map": {h.name: group.keys.action + h.name for h in heads},
+            "extra_kwargs": {h.name: h.dist_kwargs for h in heads if h.dist_kwargs},
+        },
+        return_log_prob=True,
+    )
+
+
+def build_critic(
+    group: GroupSpec,
+    *,
+    centralized: bool = True,
+    share_params: bool = True,
+    hidden: Sequence[int] = (256, 256),
+    activation: str = "tanh",
+    device: torch.device | str | None = None,
+) -> TensorDictModule:
+    """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
+
+    ``centralized=True`` is MAPPO's critic (each agent's value sees all the group's observations);
+    ``False`` is IPPO's (each agent's value sees its own).
+    """
+    net = _mlp(group, 1, centralized=centralized, share_params=share_params,
+               hidden=hidden, activation=activation, device=device)
+    return TensorDictModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
