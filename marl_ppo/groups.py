@@ -21,10 +21,10 @@ from tensordict.utils import NestedKey
 from torchrl.data import Composite, TensorSpec
 from torchrl.envs import EnvBase
 
-__all__ = ["GroupKeys", "GroupSpec", "read_group_specs"]
+__all__ = ["GroupKeys", "GroupSpec", "group_map", "read_group_specs"]
 
 # Entries under a group's observation spec that are not inputs to the policy.
-_NON_INPUT_OBS = frozenset({"info", "mask", "action_mask"})
+_NON_INPUT_OBS = frozenset({"info", "mask", "action_mask", "episode_reward"})
 
 
 @dataclass(frozen=True)
@@ -122,25 +122,33 @@ def _leaf_keys(spec: Composite, prefix: tuple[str, ...]) -> list[tuple[str, ...]
     return out
 
 
+def group_map(env: EnvBase) -> dict[str, list[str]]:
+    """The env's ``{group: [agents]}``; batched envs (``SerialEnv``/``ParallelEnv``) report one per copy."""
+    gm = getattr(env, "group_map", None)
+    if isinstance(gm, (list, tuple)):
+        gm = gm[0] if gm else None
+    if not gm:
+        raise ValueError(
+            f"{type(env).__name__} has no group_map: marl_ppo needs a multi-agent env in "
+            "torchrl's layout (VmasEnv, PettingZooWrapper, or an EnvBase with a group_map)."
+        )
+    return {g: list(agents) for g, agents in gm.items()}
+
+
 def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
     """Reads one :class:`GroupSpec` per agent group from a torchrl multi-agent env.
 
     Works with any env that has a ``group_map`` and torchrl's multi-agent layout
     (``VmasEnv``, ``PettingZooWrapper``, a custom ``EnvBase``).
     """
-    group_map = getattr(env, "group_map", None)
-    if not group_map:
-        raise ValueError(
-            f"{type(env).__name__} has no group_map: marl_ppo needs a multi-agent env in "
-            "torchrl's layout (VmasEnv, PettingZooWrapper, or an EnvBase with a group_map)."
-        )
+    groups = group_map(env)
     obs_spec = env.full_observation_spec
     act_spec = env.full_action_spec
     rew_spec = env.full_reward_spec
     done_spec = env.full_done_spec
     batch_ndim = len(env.batch_size)
     specs: dict[str, GroupSpec] = {}
-    for group, agents in group_map.items():
+    for group, agents in groups.items():
         if group not in obs_spec.keys():
             raise ValueError(
                 f"group {group!r} has no observation entry in the env's observation spec; "

@@ -479,12 +479,12 @@ class BoundRewardTable:
     def __str__(self) -> str:
         lines = ["reward table (training reward <- env signals)"]
         width = max(len(g) for g in self._plans)
-        for group, (terms, done_key, _, _) in self._plans.items():
+        for group, (terms, done_key, _, per_agent) in self._plans.items():
             formula = " + ".join(t.describe(group) for t, _, _ in terms)
             lines.append(
                 f"  {group:<{width}}  [{self.n_agents[group]} agents]  reward <- {formula}"
             )
-            lines.append(f"  {'':<{width}}  {'':<{len(str(self.n_agents[group])) + 9}}  done   <- {_fmt_key(done_key)}")
+            lines.append(f"  {'':<{width}}  {'':<{len(str(self.n_agents[group])) + 9}}  done   <- {'own done (' + _fmt_key(done_key) + ')' if per_agent else 'root done'}")
         return "\n".join(lines)
 
     __repr__ = __str__

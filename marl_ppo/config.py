@@ -1,0 +1,257 @@
+"""Typed configuration: dataclasses are the source of truth, YAML files in ``configs/`` mirror them.
+
+OmegaConf merges a YAML file and ``key=value`` overrides onto the dataclasses, checks the types and
+rejects unknown keys; we add the "did you mean" suggestion.
+
+>>> cfg = load_config(overrides=["train.total_frames=12000", "env.kwargs.n_agents=2"])
+>>> cfg.train.total_frames, cfg.env.scenario, cfg.env.kwargs["n_agents"]
+(12000, 'navigation', 2)
+>>> load_config(overrides=["train.lr_rate=1e-3"])
+Traceback (most recent call last):
+...
+marl_ppo.config.ConfigError: unknown config key 'train.lr_rate'; did you mean 'train.lr'?
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "TrainConfig", "LogConfig", "Config", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run: an unknown key, a bad value, a bad type."""
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train in.
+
+    Attributes:
+        kind: ``vmas`` or ``pettingzoo`` (MPE tasks from ``mpe2``).
+        scenario: VMAS scenario name (``navigation``) or PettingZoo MPE task (``simple_spread_v3``).
+        num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
+        parallel: PettingZoo only: run the env copies in worker processes.
+        max_steps: episode length cap (VMAS ``max_steps``, PettingZoo ``max_cycles``).
+        continuous_actions: continuous (box) or discrete actions.
+        multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
+        comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
+        device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
+        kwargs: scenario keyword arguments (e.g. ``n_agents: 3``).
+    """
+
+    kind: str = "vmas"
+    scenario: str = "navigation"
+    num_envs: int = 60
+    parallel: bool = False
+    max_steps: int = 100
+    continuous_actions: bool = True
+    multidiscrete_actions: bool = False
+    comm: bool = False
+    device: str = "cpu"
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
+
+    def __post_init__(self) -> None:
+        _choice("env.kind", self.kind, ("vmas", "pettingzoo"))
+        if self.num_envs < 1:
+            raise ConfigError(f"env.num_envs must be >= 1, got {self.num_envs}")
+
+
+@dataclass
+class ModelConfig:
+    """Policy and critic networks.
+
+    Attributes:
+        hidden: hidden layer sizes of every MLP.
+        activation: ``tanh``, ``relu``, ``elu``, ``gelu`` or ``silu``.
+        share_params: one set of weights for all agents of a group (policy and critic).
+    """
+
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "tanh"
+    share_params: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("model.activation", self.activation, ("tanh", "relu", "elu", "gelu", "silu"))
+
+
+@dataclass
+class LossConfig:
+    """PPO loss, one per group.
+
+    Attributes:
+        algorithm: ``mappo`` (centralised critic), ``ippo`` (decentralised) or ``clip_ppo``.
+        clip_epsilon: PPO ratio clip.
+        entropy_coeff: entropy bonus weight for every group.
+        critic_coeff: critic loss weight.
+        loss_critic_type: ``l2``, ``l1`` or ``smooth_l1``.
+        gamma: discount.
+        lmbda: GAE lambda.
+        normalize_advantage: standardise advantages per minibatch (agent dim kept apart).
+        group_weights: per-group weight in the aggregated loss (default 1).
+    """
+
+    algorithm: str = "mappo"
+    clip_epsilon: float = 0.2
+    entropy_coeff: float = 0.0
+    critic_coeff: float = 1.0
+    loss_critic_type: str = "l2"
+    gamma: float = 0.99
+    lmbda: float = 0.9
+    normalize_advantage: bool = False
+    group_weights: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
+        _choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
+
+
+@dataclass
+class TrainConfig:
+    """Collection and optimisation.
+
+    Attributes:
+        total_frames: env steps (summed over envs) to train for.
+        frames_per_batch: env steps collected per iteration.
+        num_epochs: passes over each batch.
+        minibatch_size: samples (env steps) per gradient step.
+        lr: Adam learning rate.
+        lr_schedule: ``constant`` or ``linear`` (decay to 0 over ``total_frames``).
+        max_grad_norm: global gradient-norm clip.
+        seed: seeds torch, numpy, python and the envs.
+        device: where the networks and the update run.
+    """
+
+    total_frames: int = 120_000
+    frames_per_batch: int = 6_000
+    num_epochs: int = 10
+    minibatch_size: int = 400
+    lr: float = 3e-4
+    lr_schedule: str = "constant"
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
+        for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def iterations(self) -> int:
+        return -(-self.total_frames // self.frames_per_batch)
+
+
+@dataclass
+class LogConfig:
+    """Run directory, loggers, evaluation and checkpoints.
+
+    Attributes:
+        root: parent folder of run directories.
+        name: run directory name (default: ``<scenario>-<algorithm>-seed<seed>``).
+        loggers: any of ``csv``, ``tensorboard``, ``wandb``, ``mlflow``.
+        eval_every: evaluate every K iterations (0: only at the end).
+        eval_episodes: deterministic evaluation episodes (VMAS: one vectorized batch).
+        video: record a VMAS video at each evaluation.
+        checkpoint_every: write a checkpoint every K iterations (the final one is always written).
+        progress: show a progress bar.
+        plot: write learning-curve PNGs at the end of a run.
+    """
+
+    root: str = "runs"
+    name: Optional[str] = None
+    loggers: list[str] = field(default_factory=lambda: ["csv"])
+    eval_every: int = 2
+    eval_episodes: int = 10
+    video: bool = False
+    checkpoint_every: int = 5
+    progress: bool = True
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        for lg in self.loggers:
+            _choice("log.loggers[]", lg, ("csv", "tensorboard", "wandb", "mlflow"))
+
+
+@dataclass
+class Config:
+    """A whole run. ``reward_table`` is the YAML/dict form of :class:`~marl_ppo.reward_table.RewardTable`;
+    ``None`` means each group trains on its own reward."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    reward_table: Optional[dict[str, Any]] = None
+
+    def run_name(self) -> str:
+        return self.log.name or f"{self.env.scenario}-{self.loss.algorithm}-seed{self.train.seed}"
+
+
+def _known_keys() -> list[str]:
+    keys = []
+    for f in fields(Config):
+        keys.append(f.name)
+        sub = {"env": EnvConfig, "model": ModelConfig, "loss": LossConfig, "train": TrainConfig, "log": LogConfig}.get(f.name)
+        if sub is not None:
+            keys.extend(f"{f.name}.{g.name}" for g in fields(sub))
+    return keys
+
+
+def _unknown_key_error(full_key: str) -> ConfigError:
+    close = difflib.get_close_matches(full_key, _known_keys(), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(_known_keys())}"
+    return ConfigError(f"unknown config key {full_key!r}{hint}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file at ``path``, then ``key=value`` overrides, type-checked."""
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = schema
+        if path is not None:
+            path = Path(path)
+            if not path.exists():
+                raise ConfigError(f"config file {str(path)!r} does not exist")
+            loaded = OmegaConf.load(path)
+            merged = OmegaConf.merge(merged, loaded)
+            # A file's scenario kwargs replace the defaults' (merging would leak n_agents into other scenarios).
+            file_kwargs = OmegaConf.select(loaded, "env.kwargs")
+            if file_kwargs is not None:
+                merged.env.kwargs = file_kwargs
+        if overrides:
+            bad = [o for o in overrides if "=" not in o]
+            if bad:
+                raise ConfigError(f"overrides must be key=value, got {bad}")
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)
+    except ConfigKeyError as err:
+        key = getattr(err, "full_key", None) or str(err)
+        raise _unknown_key_error(str(key)) from None
+    except OmegaConfBaseException as err:
+        msg = str(err).split("\n")[0]
+        key = getattr(err, "full_key", None)
+        raise ConfigError(f"bad config value{f' for {key!r}' if key else ''}: {msg}") from None
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML (written to every run directory)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def from_yaml(text: str) -> Config:
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text)))
