@@ -92,7 +92,12 @@ class LossConfig:
     Attributes:
         algorithm: ``mappo`` (centralised critic), ``ippo`` (decentralised) or ``clip_ppo``.
         clip_epsilon: PPO ratio clip.
-        entropy_coeff: entropy bonus weight for every group.
+        entropy_coeff: entropy bonus weight for every head of every group.
+        head_entropy_coeff: per-head weights by short head name (``{move: 0.0, comm: 0.01}``)
+            or ``group:head`` for one group; other heads keep ``entropy_coeff``.
+        entropy_schedule: ``constant`` or ``linear`` (every coefficient decays to
+            ``entropy_final_scale`` times its value over ``total_frames``).
+        entropy_final_scale: the linear schedule's end point, as a fraction of the start.
         critic_coeff: critic loss weight.
         loss_critic_type: ``l2``, ``l1`` or ``smooth_l1``.
         gamma: discount.
@@ -104,6 +109,9 @@ class LossConfig:
     algorithm: str = "mappo"
     clip_epsilon: float = 0.2
     entropy_coeff: float = 0.0
+    head_entropy_coeff: dict[str, float] = field(default_factory=dict)
+    entropy_schedule: str = "constant"
+    entropy_final_scale: float = 0.0
     critic_coeff: float = 1.0
     loss_critic_type: str = "l2"
     gamma: float = 0.99
@@ -114,6 +122,7 @@ class LossConfig:
     def __post_init__(self) -> None:
         _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
         _choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
+        _choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
 
 
 @dataclass

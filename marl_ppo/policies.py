@@ -74,6 +74,11 @@ class Head:
     param_names: tuple[str, ...]  # "loc", "scale" or "logits"
 
     @property
+    def key(self) -> NestedKey:
+        """The head's key inside the action composite (a string for a top-level head)."""
+        return self.name[0] if len(self.name) == 1 else self.name
+
+    @property
     def label(self) -> str:
         return "/".join(self.name) if self.name else "action"
 
@@ -230,9 +235,9 @@ def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_ke
         out_keys=[group.keys.action + h.name for h in heads],
         distribution_class=CompositeDistribution,
         distribution_kwargs={
-            "distribution_map": {h.name: h.dist_class for h in heads},
-            "name_map": {h.name: group.keys.action + h.name for h in heads},
-            "extra_kwargs": {h.name: h.dist_kwargs for h in heads if h.dist_kwargs},
+            "distribution_map": {h.key: h.dist_class for h in heads},
+            "name_map": {h.key: group.keys.action + h.name for h in heads},
+            "extra_kwargs": {h.key: h.dist_kwargs for h in heads if h.dist_kwargs},
         },
         return_log_prob=True,
     )

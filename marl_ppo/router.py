@@ -27,23 +27,58 @@ torch.Size([4, 8, 3, 1])
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.groups import GroupSpec
-from marl_ppo.policies import build_actor, build_critic
+from marl_ppo.policies import Head, action_heads, build_actor, build_critic
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
 LossAlgorithm = Literal["mappo", "ippo", "clip_ppo"]
-_LOSSES = {"mappo": MAPPOLoss, "ippo": IPPOLoss, "clip_ppo": ClipPPOLoss}
+
+
+class _PerHeadLoss:
+    """Mixed into torchrl's PPO losses: records each head's current log-prob for per-head
+    diagnostics, and weights each head's entropy by a schedulable coefficient.
+
+    torchrl's own mapping mode for per-head entropy coefficients keeps a dummy buffer and cannot
+    be scheduled, and it needs the full nested ``*_entropy`` key; this takes short head names.
+    """
+
+    _recorded_log_prob = None
+    _entropy_heads: dict = {}
+
+    def _get_cur_log_prob(self, tensordict, params=None):
+        log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
+        if params is None and is_composite:
+            self._recorded_log_prob = log_prob
+        return log_prob, dist, is_composite
+
+    def _weighted_loss_entropy(self, entropy):
+        if not is_tensor_collection(entropy):
+            return -self.entropy_coeff * entropy
+        total = None
+        for key, head_entropy in entropy.items(include_nested=True, leaves_only=True):
+            term = -self.head_entropy_coeffs[self._entropy_heads[key]] * head_entropy
+            total = term if total is None else total + term
+        return total
+
+
+_LOSSES = {
+    name: type(cls.__name__, (_PerHeadLoss, cls), {"__doc__": cls.__doc__})
+    for name, cls in {"mappo": MAPPOLoss, "ippo": IPPOLoss, "clip_ppo": ClipPPOLoss}.items()
+}
+# Loss entries a head name must not shadow in the group's loss tensordict.
+_RESERVED = {"entropy", "kl_approx", "clip_fraction", "ESS", "explained_variance", "max_ratio", "mean_ratio"}
 
 
 class GroupRouter(nn.Module):
@@ -55,9 +90,12 @@ class GroupRouter(nn.Module):
             may serve several groups: its parameters are then trained by all of them.
         algorithm: ``"mappo"`` (centralised critic), ``"ippo"`` (decentralised) or ``"clip_ppo"``.
             The loss class is the same torchrl PPO loss; the critic decides centralisation.
-        clip_epsilon, entropy_coeff, critic_coeff, loss_critic_type, normalize_advantage,
-        clip_value: forwarded to every group's loss. ``entropy_coeff`` may be a mapping
-            ``{group: coeff}``.
+        entropy_coeff: entropy bonus weight of every head of every group.
+        head_entropy_coeff: per-head weights by short head name (``{"move": 0.0, "comm": 0.01}``,
+            for every group with that head) or ``"group:head"`` for one group; unnamed heads
+            keep ``entropy_coeff``. Schedule them with :meth:`set_entropy_scale`.
+        clip_epsilon, critic_coeff, loss_critic_type, normalize_advantage, clip_value:
+            forwarded to every group's loss.
         gamma, lmbda: ``MultiAgentGAE`` parameters.
     """
 
@@ -69,7 +107,8 @@ class GroupRouter(nn.Module):
         *,
         algorithm: LossAlgorithm = "mappo",
         clip_epsilon: float = 0.2,
-        entropy_coeff: float | Mapping[str, float] = 0.0,
+        entropy_coeff: float = 0.0,
+        head_entropy_coeff: Mapping[str, float] | None = None,
         critic_coeff: float = 1.0,
         loss_critic_type: str = "l2",
         normalize_advantage: bool = True,
@@ -86,12 +125,14 @@ class GroupRouter(nn.Module):
                 raise KeyError(f"no {name} for group(s) {missing}; {name}s given for {sorted(modules)}")
         self.groups = dict(groups)
         self.algorithm = algorithm
+        self.clip_epsilon = clip_epsilon
+        self.heads = {g: action_heads(spec) for g, spec in self.groups.items()}
+        head_coeffs = _head_coefficients(self.heads, float(entropy_coeff), dict(head_entropy_coeff or {}))
         self.losses = nn.ModuleDict()
         for g, spec in self.groups.items():
-            coeff = entropy_coeff.get(g, 0.0) if isinstance(entropy_coeff, Mapping) else entropy_coeff
             kwargs = dict(
                 clip_epsilon=clip_epsilon,
-                entropy_coeff=float(coeff),
+                entropy_coeff=float(entropy_coeff),
                 critic_coeff=critic_coeff,
                 loss_critic_type=loss_critic_type,
                 normalize_advantage=normalize_advantage,
@@ -100,10 +141,9 @@ class GroupRouter(nn.Module):
             )
             if algorithm == "clip_ppo":
                 kwargs["normalize_advantage_exclude_dims"] = (-2,)
-            loss = _LOSSES[algorithm](actors[g], critics[g], **kwargs)
+            loss = _LOSSES[algorithm](actors[g], _on_group_keys(critics[g], spec), **kwargs)
             keys = spec.keys
             loss.set_keys(
-                action=keys.action,
                 value=keys.value,
                 advantage=keys.advantage,
                 value_target=keys.value_target,
@@ -112,11 +152,24 @@ class GroupRouter(nn.Module):
                 terminated=keys.terminated,
             )
             if not spec.is_composite_action:
-                loss.set_keys(sample_log_prob=keys.log_prob)
+                loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
+            # head entropy coefficients, in the order of the loss's *_entropy keys
+            loss.register_buffer("head_entropy_coeffs", torch.tensor(head_coeffs[g], dtype=torch.float32))
+            loss.register_buffer("base_head_entropy_coeffs", loss.head_entropy_coeffs.clone())
+            if spec.is_composite_action:
+                loss._entropy_heads = {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(self.heads[g])}
+            else:
+                loss.entropy_coeff.fill_(head_coeffs[g][0])
             loss.loss_mask_key = keys.mask
             loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
             self.losses[g] = loss
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups])
+
+    def set_entropy_scale(self, scale: float) -> None:
+        """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""
+        for loss in self.losses.values():
+            loss.head_entropy_coeffs.copy_(loss.base_head_entropy_coeffs * scale)
+            loss.entropy_coeff.copy_(loss.base_head_entropy_coeffs[0] * scale)
 
     @classmethod
     def from_specs(
@@ -185,8 +238,33 @@ class GroupRouter(nn.Module):
                     "on the full rollout before splitting it into minibatches"
                 )
             self._check_trailing_one(td, g, keys.advantage, "advantage")
-            out[g] = _scalar_diagnostics(loss(td))
+            loss_td = loss(td)
+            if self.groups[g].is_composite_action:
+                self._head_diagnostics(g, loss, td, loss_td)
+            out[g] = _scalar_diagnostics(loss_td)
         return TensorDict(out, batch_size=[])
+
+    def _head_diagnostics(self, g: str, loss, td: TensorDictBase, loss_td: TensorDictBase) -> None:
+        """Per head: entropy, mean log-ratio, approximate KL (k3) and the fraction of samples whose
+        own ratio leaves the clip range, beside torchrl's joint ``clip_fraction``."""
+        action_key = self.groups[g].keys.action
+        entropy = loss_td.pop("composite_entropy", None)
+        new_lp = loss._recorded_log_prob
+        loss._recorded_log_prob = None
+        low, high = math.log1p(-self.clip_epsilon), math.log1p(self.clip_epsilon)
+        for head in self.heads[g]:
+            lp_key = _head_key(action_key, head, "_log_prob")
+            with torch.no_grad():
+                log_ratio = new_lp.get(lp_key).detach() - td.get(lp_key)
+                diag = {
+                    "log_ratio": log_ratio.mean(),
+                    "kl_approx": (log_ratio.exp() - 1 - log_ratio).mean(),
+                    "clip_fraction": ((log_ratio < low) | (log_ratio > high)).float().mean(),
+                }
+                if entropy is not None:
+                    diag["entropy"] = entropy.get(_head_key(action_key, head, "_entropy")).mean()
+            for name, value in diag.items():
+                loss_td.set(head.name + (name,), value)
 
 
 def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
@@ -198,3 +276,49 @@ def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
         if value.ndim or value.requires_grad:
             loss_td.set(key, value.detach().float().mean())
     return loss_td
+
+
+def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModule:
+    """A critic reading this group's observation and writing its value key.
+
+    A critic object shared by several groups is re-wrapped per group around the same network,
+    so its parameters are shared while each group's values land under its own keys.
+    """
+    in_keys, out_keys = list(spec.observation_keys), [spec.keys.value]
+    if list(critic.in_keys) == in_keys and list(critic.out_keys) == out_keys:
+        return critic
+    return TensorDictModule(critic.module, in_keys=in_keys, out_keys=out_keys)
+
+
+def _head_key(action_key: tuple, head: Head, suffix: str) -> tuple:
+    """Where torchrl's CompositeDistribution writes a head's log-prob/entropy: beside the head's action."""
+    return action_key + head.name[:-1] + (head.name[-1] + suffix,)
+
+
+def _head_coefficients(
+    heads: Mapping[str, list[Head]], default: float, given: dict[str, float]
+) -> dict[str, list[float]]:
+    """Each group's per-head entropy coefficients from ``{"head": c}`` / ``{"group:head": c}``."""
+    known = {}
+    for g, group_heads in heads.items():
+        for h in group_heads:
+            if "/" in "".join(h.name) or h.name[:1] and h.name[0] in _RESERVED or any(
+                n.startswith("loss_") for n in h.name
+            ):
+                raise ValueError(
+                    f"group {g!r}: action head {h.name} cannot be logged without colliding with another "
+                    f"metric name (no '/' in head names, none of {sorted(_RESERVED)}, no 'loss_' prefix)"
+                )
+            known.setdefault(h.label, []).append(g)
+    unknown = []
+    for name in given:
+        group, _, head = name.rpartition(":")
+        if head not in known or (group and group not in known[head]):
+            unknown.append(name)
+    if unknown:
+        listing = ", ".join(f"{h} (groups {gs})" for h, gs in known.items())
+        raise KeyError(f"entropy coefficient(s) for unknown head(s) {unknown}; known heads: {listing}")
+    return {
+        g: [float(given.get(f"{g}:{h.label}", given.get(h.label, default))) for h in group_heads]
+        for g, group_heads in heads.items()
+    }

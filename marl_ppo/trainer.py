@@ -81,6 +81,7 @@ def build(cfg: Config) -> Parts:
         device=cfg.train.device,
         clip_epsilon=cfg.loss.clip_epsilon,
         entropy_coeff=cfg.loss.entropy_coeff,
+        head_entropy_coeff=cfg.loss.head_entropy_coeff,
         critic_coeff=cfg.loss.critic_coeff,
         loss_critic_type=cfg.loss.loss_critic_type,
         normalize_advantage=cfg.loss.normalize_advantage,
@@ -235,6 +236,7 @@ class Trainer:
                                    num_epochs=cfg.train.num_epochs, minibatch_size=cfg.train.minibatch_size)
                 collector.update_policy_weights_()
                 self.scheduler.step()
+                self._schedule_entropy()
                 t_update = time.perf_counter() - t1
                 self.iteration += 1
                 self.frames += batch.numel()
@@ -264,6 +266,12 @@ class Trainer:
             plot_runs([self.run_dir], self.run_dir / "plots")
         return self._summary(final)
 
+    def _schedule_entropy(self) -> None:
+        loss = self.cfg.loss
+        if loss.entropy_schedule == "linear":
+            progress = min(self.iteration / self.cfg.train.iterations, 1.0)
+            self.parts.router.set_entropy_scale(1.0 - (1.0 - loss.entropy_final_scale) * progress)
+
     def _metrics(self, batch, stats: TensorDictBase, returns, t_collect: float, t_update: float) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for key, value in stats.items(include_nested=True, leaves_only=True):
@@ -274,6 +282,9 @@ class Trainer:
         for g in self.parts.groups:
             metrics[f"collect/{g}/train_reward"] = batch.get(("next", g, "train_reward")).mean().item()
         metrics["train/lr"] = self.scheduler.get_last_lr()[0]
+        for g, loss in self.parts.router.losses.items():
+            for head, coeff in zip(self.parts.router.heads[g], loss.head_entropy_coeffs.tolist()):
+                metrics[f"train/{g}/{head.label}/entropy_coeff"] = coeff
         metrics["time/collect_s"] = t_collect
         metrics["time/update_s"] = t_update
         metrics["time/fps"] = batch.numel() / (t_collect + t_update)

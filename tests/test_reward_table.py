@@ -319,8 +319,11 @@ def test_bound_table_prints_each_group_and_formula():
     assert "-1 × red reward (per agent)" in line_of("green")
     assert "2 × reward + 0.5 × own reward (blue.reward) + -0.5 × sum(red.reward)" in line_of("blue")
     assert "[1 agents]" in line_of("blue")
-    done_lines = [ln.strip() for ln in lines if "done" in ln and "<-" in ln]
-    assert done_lines == ["done   <- done", "done   <- done", "done   <- blue.done"]
+    # each group's reward line is followed by its done line, which names the done's source
+    done_of = {g: lines[lines.index(line_of(g)) + 1] for g in N_AGENTS}
+    assert all("done   <- " in ln for ln in done_of.values())
+    assert "root" in done_of["red"] and "root" in done_of["green"]  # red asked for root, green auto -> root
+    assert "blue.done" in done_of["blue"] and "root" not in done_of["blue"]
     assert repr(bind(python_table())) == text
 
 

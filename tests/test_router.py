@@ -308,7 +308,7 @@ def test_trap2_loss_keys_are_namespaced_per_group(two_groups):
 
 
 def test_trap3_diagnostics_are_detached_scalars(two_groups):
-    router = make_router(two_groups, entropy_coeff={"A": 0.01})
+    router = make_router(two_groups, entropy_coeff=0.01)
     batch = router.compute_advantages(make_batch(two_groups, router))
     losses = router(batch)
     assert set(losses.keys()) == {"A", "B"}
