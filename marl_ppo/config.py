@@ -172,7 +172,6 @@ class LogConfig:
         loggers: any of ``csv``, ``tensorboard``, ``wandb``, ``mlflow``.
         eval_every: evaluate every K iterations (0: only at the end).
         eval_episodes: deterministic evaluation episodes (VMAS: one vectorized batch).
-        video: record a VMAS video at each evaluation.
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
@@ -183,7 +182,6 @@ class LogConfig:
     loggers: list[str] = field(default_factory=lambda: ["csv"])
     eval_every: int = 2
     eval_episodes: int = 10
-    video: bool = False
     checkpoint_every: int = 5
     progress: bool = True
     plot: bool = True

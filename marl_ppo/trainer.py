@@ -222,6 +222,7 @@ class Trainer:
             frames_per_batch=cfg.train.frames_per_batch,
             total_frames=remaining,
             device=cfg.train.device,
+            auto_register_policy_transforms=False,
         )
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
         last_returns: dict[str, float] = {}
