@@ -261,4 +261,10 @@ def to_yaml(cfg: Config) -> str:
 
 
 def from_yaml(text: str) -> Config:
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text)))
+    """Reads a config written by :func:`to_yaml` (the scenario kwargs replace the defaults')."""
+    loaded = OmegaConf.create(text)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), loaded)
+    file_kwargs = OmegaConf.select(loaded, "env.kwargs")
+    if file_kwargs is not None:
+        merged.env.kwargs = file_kwargs
+    return OmegaConf.to_object(merged)

@@ -236,6 +236,7 @@ class Trainer:
                 stats = ppo_update(parts.router, parts.step, batch,
                                    num_epochs=cfg.train.num_epochs, minibatch_size=cfg.train.minibatch_size)
                 collector.update_policy_weights_()
+                lr = self.scheduler.get_last_lr()[0]  # the rate this update used
                 self.scheduler.step()
                 self._schedule_entropy()
                 t_update = time.perf_counter() - t1
@@ -243,6 +244,7 @@ class Trainer:
                 self.frames += batch.numel()
                 last_returns = episode_returns(batch, groups) or last_returns
                 metrics = self._metrics(batch, stats, last_returns, t_collect, t_update)
+                metrics["train/lr"] = lr
                 if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0:
                     metrics.update(self._evaluate())
                 self.logger.log(metrics, self.frames)
@@ -282,7 +284,6 @@ class Trainer:
             metrics[f"collect/{g}/episode_reward"] = r
         for g in self.parts.groups:
             metrics[f"collect/{g}/train_reward"] = batch.get(("next", g, "train_reward")).mean().item()
-        metrics["train/lr"] = self.scheduler.get_last_lr()[0]
         for g, loss in self.parts.router.losses.items():
             for head, coeff in zip(self.parts.router.heads[g], loss.head_entropy_coeffs.tolist()):
                 metrics[f"train/{g}/{head.label}/entropy_coeff"] = coeff
