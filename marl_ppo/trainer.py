@@ -131,7 +131,7 @@ def ppo_update(
     flat = batch.select(*_update_keys(router)).reshape(-1)
     n = flat.shape[0]
     n_minibatches = max(n // minibatch_size, 1)
-    acc: TensorDictBase | None = None
+    logged = []
     for _ in range(num_epochs):
         perm = torch.randperm(n, device=flat.device)
         for i in range(n_minibatches):
@@ -139,12 +139,11 @@ def ppo_update(
             stats = step(losses)
             if not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))
-            logged = losses.detach()
-            logged.set("loss", stats["loss"])
-            logged.set("grad_norm", stats["grad_norm"])
-            acc = logged if acc is None else acc + logged
-    assert acc is not None
-    return acc / (num_epochs * n_minibatches)
+            losses.set("loss", stats["loss"])
+            losses.set("grad_norm", stats["grad_norm"])
+            logged.append(losses)
+    # one stack and mean at the end instead of tensordict arithmetic per minibatch
+    return torch.stack(logged).detach().mean(0)
 
 
 def _non_finite_message(losses: TensorDictBase) -> str:
