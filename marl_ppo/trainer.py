@@ -106,7 +106,9 @@ def _update_keys(router: GroupRouter) -> list:
             keys.add(spec.action_mask_key)
         if spec.keys.mask is not None:
             keys.add(spec.keys.mask)
-        keys.update([spec.keys.advantage, spec.keys.value_target, spec.keys.value])
+        keys.update([spec.keys.advantage, spec.keys.value_target])
+        if loss.clip_value is not None:  # value clipping compares against the collected value
+            keys.add(spec.keys.value)
         actions = loss.tensor_keys.action
         log_probs = loss.tensor_keys.sample_log_prob
         for k in ([actions] if isinstance(actions, (str, tuple)) else actions):
