@@ -93,13 +93,7 @@ def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
     if isinstance(spec, Unbounded) and spec.domain == "continuous":
         dim = spec.shape[-1]
         return Head(name, 2 * dim, IndependentNormal, {"tanh_loc": False}, ("loc", "scale"))
-    if isinstance(spec, OneHot):
-        cls = MaskedOneHotCategorical if masked else OneHotCategorical
-        return Head(name, spec.shape[-1], cls, {}, ("logits",))
-    if isinstance(spec, Categorical):
-        if masked:
-            return Head(name, spec.space.n, MaskedCategorical, {}, ("logits",))
-        return Head(name, spec.space.n, torch.distributions.Categorical, {}, ("logits",))
+    # MultiCategorical/MultiOneHot subclass Categorical/OneHot: test them first
     if isinstance(spec, (MultiCategoricalSpec, MultiOneHot)):
         if masked:
             raise NotImplementedError(f"{where}: action masks on multi-discrete actions are not supported")
@@ -110,6 +104,13 @@ def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
             )
         nvec = [int(n) for n in spec.nvec.reshape(-1, spec.nvec.shape[-1])[0]]
         return Head(name, sum(nvec), MultiCategorical, {"nvec": nvec}, ("logits",))
+    if isinstance(spec, OneHot):
+        cls = MaskedOneHotCategorical if masked else OneHotCategorical
+        return Head(name, spec.shape[-1], cls, {}, ("logits",))
+    if isinstance(spec, Categorical):
+        if masked:
+            return Head(name, spec.space.n, MaskedCategorical, {}, ("logits",))
+        return Head(name, spec.space.n, torch.distributions.Categorical, {}, ("logits",))
     if isinstance(spec, Binary):
         raise NotImplementedError(f"{where}: Binary action specs are not supported yet")
     raise NotImplementedError(f"{where}: no policy head for action spec {type(spec).__name__}")

@@ -200,3 +200,23 @@ def test_learns_hybrid_action_task():
     random_level = 1 / 3 - 0.6  # expected reward per step of a uniform policy
     assert rewards[0] < random_level + 0.15
     assert sum(rewards[-3:]) / 3 > random_level + 0.6, rewards
+
+
+def test_vmas_multidiscrete_actions_get_a_multicategorical_head():
+    from marl_ppo.distributions import MultiCategorical
+    from marl_ppo.policies import action_heads
+
+    torch.manual_seed(0)
+    env = VmasEnv("navigation", num_envs=4, continuous_actions=False, multidiscrete_actions=True,
+                  n_agents=2, seed=0, max_steps=6)
+    groups = read_group_specs(env)
+    (head,) = action_heads(groups["agents"])
+    assert head.dist_class is MultiCategorical and head.dist_kwargs["nvec"] == [3, 3]
+    table = RewardTable.own_rewards(groups).bind(groups, env)
+    router = GroupRouter.from_specs(groups, hidden=(16,))
+    with torch.no_grad():
+        batch = table(env.rollout(6, router.policy, break_when_any_done=False))
+    assert batch["agents", "action"].shape == (4, 6, 2, 2)
+    assert batch["agents", "action_log_prob"].shape == (4, 6, 2)
+    router.compute_advantages(batch)
+    assert torch.isfinite(AggregatedStep(router, lr=1e-3)(router(batch))["loss"])
