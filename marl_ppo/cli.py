@@ -19,7 +19,7 @@ __all__ = ["main"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marl_ppo.config import from_yaml, load_config
+    from marl_ppo.config import load_config
     from marl_ppo.trainer import Trainer
 
     overrides = list(args.overrides)

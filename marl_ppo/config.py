@@ -14,7 +14,7 @@ marl_ppo.config.ConfigError: unknown config key 'train.lr_rate'; did you mean 't
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 

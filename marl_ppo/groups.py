@@ -114,14 +114,6 @@ class GroupSpec:
         return isinstance(self.action_spec, Composite)
 
 
-def _leaf_keys(spec: Composite, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
-    out = []
-    for key in spec.keys(include_nested=True, leaves_only=True):
-        key = (key,) if isinstance(key, str) else tuple(key)
-        out.append(prefix + key)
-    return out
-
-
 def group_map(env: EnvBase) -> dict[str, list[str]]:
     """The env's ``{group: [agents]}``; batched envs (``SerialEnv``/``ParallelEnv``) report one per copy."""
     gm = getattr(env, "group_map", None)

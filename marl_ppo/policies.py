@@ -32,7 +32,6 @@ from tensordict.nn import (
     CompositeDistribution,
     NormalParamExtractor,
     TensorDictModule,
-    TensorDictSequential,
 )
 from tensordict.utils import NestedKey
 from torch import nn

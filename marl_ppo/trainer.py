@@ -15,7 +15,6 @@ Reads top to bottom: :func:`build` wires the parts from a :class:`~marl_ppo.conf
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import time
@@ -25,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torchrl.collectors import Collector
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
-from marl_ppo.aggregate import AggregatedStep, total_loss
+from marl_ppo.aggregate import AggregatedStep
 from marl_ppo.config import Config, to_yaml
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs

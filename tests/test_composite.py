@@ -2,7 +2,6 @@
 and entropy coefficients, the VMAS comm adapter, and learning on a hybrid-action task."""
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
