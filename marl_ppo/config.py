@@ -41,7 +41,8 @@ class EnvConfig:
         kind: ``vmas`` or ``pettingzoo`` (MPE tasks from ``mpe2``).
         scenario: VMAS scenario name (``navigation``) or PettingZoo MPE task (``simple_spread_v3``).
         num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
-        parallel: PettingZoo only: run the env copies in worker processes (not supported yet: an error).
+        parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
+            instead of one after another in this process (``SerialEnv``); same seeds, same data.
         max_steps: episode length cap (VMAS ``max_steps``, PettingZoo ``max_cycles``).
         continuous_actions: continuous (box) or discrete actions.
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.

@@ -18,7 +18,7 @@ import importlib
 from functools import partial
 
 import torch
-from torchrl.envs import EnvBase, RewardSum, SerialEnv, TransformedEnv
+from torchrl.envs import EnvBase, ParallelEnv, RewardSum, SerialEnv, TransformedEnv
 
 from marl_ppo.config import ConfigError, EnvConfig
 from marl_ppo.groups import group_map
@@ -101,10 +101,7 @@ def _make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
         raise _unknown("PettingZoo MPE task", cfg.scenario, mpe_tasks())
     make = partial(_pettingzoo_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, dict(cfg.kwargs))
     fns = [partial(make, seed + i) for i in range(num_envs)]
-    if cfg.parallel:
-        # ParallelEnv over PettingZooWrapper hangs at the first collection with torchrl 0.14.1.
-        raise ConfigError("env.parallel=true is not supported yet for PettingZoo; use env.parallel=false")
-    env = SerialEnv(num_envs, fns)
+    env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
     env.set_seed(seed)
     return env
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tensordict.utils import NestedKey
 from torchrl.data import Composite, TensorSpec
-from torchrl.envs import EnvBase
+from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
 __all__ = ["GroupKeys", "GroupSpec", "group_map", "read_group_specs"]
 
@@ -116,6 +116,15 @@ class GroupSpec:
 
 def group_map(env: EnvBase) -> dict[str, list[str]]:
     """The env's ``{group: [agents]}``; batched envs (``SerialEnv``/``ParallelEnv``) report one per copy."""
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    if isinstance(base, ParallelEnv):
+        # A ParallelEnv forwards attribute reads to its workers as remote calls, which a dict
+        # attribute does not survive: read the map from one copy built in this process.
+        probe = base.create_env_fn[0](**base.create_env_kwargs[0])
+        try:
+            return group_map(probe)
+        finally:
+            probe.close()
     gm = getattr(env, "group_map", None)
     if isinstance(gm, (list, tuple)):
         gm = gm[0] if gm else None

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 import pytest
+from torchrl.envs import ParallelEnv
 import torch
 
 import marl_ppo.trainer as trainer_mod
@@ -350,6 +351,19 @@ def test_pettingzoo_simple_spread_from_config_file(tmp_path):
     summary = trainer.fit()
     assert summary["iteration"] == 2 and summary["frames"] == 40
     _assert_per_group_metrics(tmp_path / "spread", summary, ["agent"])
+
+
+def test_pettingzoo_parallel_workers_collect_the_same_data_as_serial(tmp_path):
+    # env.parallel=true runs the copies in worker processes; with the same seeds the run is the same
+    summaries = {}
+    for parallel in (False, True):
+        cfg = load_config(ROOT / "configs" / "simple_spread.yaml", PZ_TINY + [f"env.parallel={parallel}"])
+        trainer = Trainer(cfg, run_dir=tmp_path / f"parallel-{parallel}")
+        if parallel:
+            assert isinstance(trainer.parts.env.base_env, ParallelEnv)
+        summaries[parallel] = trainer.fit()
+        summaries[parallel].pop("run_dir")
+    assert summaries[True] == summaries[False]
 
 
 def test_pettingzoo_simple_tag_two_groups_with_team_reward(tmp_path):
