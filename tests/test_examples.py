@@ -1,0 +1,153 @@
+"""The examples run as written, at tiny sizes, and show what they claim.
+
+* each script in ``examples/`` runs as a subprocess with ``--tiny --out TMP --threads 1`` and
+  exits 0; its output and run directory hold the thing it demonstrates (the team term of the
+  reward table, per-head entropy keys, the PettingZoo group's own done, the custom env's routed
+  team bonus and return curve, checkpoints);
+* ``examples/notebooks/research.ipynb`` is stored without outputs and executes top to bottom
+  with nbclient (``MARL_PPO_NOTEBOOK_TINY=1``, a kernel on this interpreter), producing its
+  plots inline and the comparison PNG.
+
+About 30 s on 2 CPU cores (most of it importing torch/torchrl/vmas in each subprocess).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(script: str, out: Path, *extra: str) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--tiny", "--out", str(out), "--threads", "1", *extra],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+    )
+    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_simple_tag_team_reward(tmp_path):
+    stdout = run_example("simple_tag_team_reward.py", tmp_path)
+    # the resolved table: the adversaries' team mean, and the agent's zero-sum term
+    assert "adversary  [3 agents]  reward <- 1 × mean(adversary reward)" in stdout
+    assert "agent      [1 agents]  reward <- 1 × own reward (agent.reward) + -1 × mean(adversary reward)" in stdout
+    run = only_run_dir(tmp_path)
+    assert (run / "checkpoints" / "last.pt").is_file()
+    assert "-1 × mean(adversary reward)" in (run / "reward_table.txt").read_text()
+    summary = json.loads((run / "summary.json").read_text())
+    returns = stdout.split("per-group returns", 1)[1].splitlines()
+    for group in ("adversary", "agent"):
+        assert math.isfinite(summary[f"eval/{group}/episode_reward"])
+        row = next(line.split() for line in returns if line.strip().startswith(group + " "))
+        assert len(row) == 4 and all(math.isfinite(float(v)) for v in row[1:]), row  # first, last, eval
+        assert float(row[3]) == pytest.approx(summary[f"eval/{group}/episode_reward"], abs=1e-3)
+
+
+def test_hybrid_comm_prints_per_head_entropies(tmp_path):
+    stdout = run_example("hybrid_comm.py", tmp_path, "--comm-entropy", "0.05")
+    assert "action heads move (StableTanhNormal), comm (Categorical)" in stdout
+    for head in ("move", "comm"):
+        for name in ("entropy", "entropy_coeff", "kl_approx"):
+            assert f"train/agents/{head}/{name} " in stdout, (head, name)
+    # the per-head coefficients came through from the command line (linear schedule from 0.05)
+    coeff = next(line for line in stdout.splitlines() if "train/agents/comm/entropy_coeff" in line)
+    assert float(coeff.split()[1]) == pytest.approx(0.05)
+    run = only_run_dir(tmp_path)
+    assert (run / "checkpoints" / "last.pt").is_file()
+    assert (run / "logs" / "scalars" / "train" / "agents" / "comm" / "entropy.csv").is_file()
+
+
+def test_pettingzoo_simple_spread(tmp_path):
+    stdout = run_example("pettingzoo_simple_spread.py", tmp_path)
+    assert "env: pettingzoo simple_spread_v3" in stdout
+    assert "groups: {'agent': ['agent_0', 'agent_1', 'agent_2']}" in stdout
+    assert "done   <- own done (agent.done)" in stdout
+    assert "agent: final deterministic evaluation" in stdout
+    run = only_run_dir(tmp_path)
+    assert (run / "checkpoints" / "last.pt").is_file()
+    assert "simple_spread_v3" in (run / "config.yaml").read_text()
+
+
+def test_custom_dict_env(tmp_path):
+    source = (EXAMPLES / "custom_dict_env.py").read_text()
+    assert "class CargoCrewEnv(EnvBase)" in source and "toy_env" not in source  # its own env
+    stdout = run_example("custom_dict_env.py", tmp_path)
+    assert "action heads move: BoundedContinuous[2, 2], pick: Categorical[2]" in stdout
+    assert "reward <- 1 × own reward (crew.reward) + 0.5 × team_bonus" in stdout
+    assert "return: first" in stdout
+    result = json.loads((tmp_path / "custom_dict_env" / "returns.json").read_text())
+    assert len(result["returns"]) == 4 and all(math.isfinite(r) for r in result["returns"])
+    assert (tmp_path / "custom_dict_env" / "router.pt").is_file()
+
+
+# -- the notebook ----------------------------------------------------------------------------------------
+
+NOTEBOOK = EXAMPLES / "notebooks" / "research.ipynb"
+
+
+def test_notebook_is_stored_clean():
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "commit the notebook without outputs"
+    # one parameter cell sets every size, and reads the tiny switch
+    params = next(c.source for c in nb.cells if c.cell_type == "code")
+    assert "FRAMES =" in params and "MARL_PPO_NOTEBOOK_TINY" in params
+
+
+def test_notebook_executes(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    # A kernel spec on this very interpreter (the venv), independent of the user's Jupyter set-up.
+    spec_dir = tmp_path / "kernels" / "marl-ppo-test"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "marl_ppo test", "language": "python",
+    }))
+    out = tmp_path / "runs"
+    monkeypatch.setenv("MARL_PPO_NOTEBOOK_TINY", "1")
+    monkeypatch.setenv("MARL_PPO_NOTEBOOK_OUT", str(out))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    km = KernelManager(kernel_name="marl-ppo-test",
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(o.output_type != "error" for c in code for o in c.outputs)
+    text = "\n".join(o.get("text", "") for c in code for o in c.outputs if o.output_type == "stream")
+    assert "80 frames per run, 2 iterations" in text  # the tiny switch reached the parameter cell
+    assert "alice: 1 agent(s)" in text and "action heads  move: StableTanhNormal, comm: Categorical" in text
+    assert "-0.5 × mean(alice, bob reward)" in text  # the changed table, printed
+    images = [i for i, c in enumerate(code)
+              if any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert len(images) >= 2, "per-group return / per-head entropy plot and the comparison plot"
+    assert images[-1] >= len(code) - 2, "the comparison plot is in the last cells"
+    png = out / "compare_returns.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"crypto-own", "crypto-eve-team"}
+    for run in ("crypto-own", "crypto-eve-team"):
+        assert (out / run / "checkpoints" / "last.pt").is_file()
