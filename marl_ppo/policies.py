@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tensordict.nn import (
     CompositeDistribution,
+    InteractionType,
     NormalParamExtractor,
     TensorDictModule,
 )
@@ -173,6 +174,10 @@ def build_actor(
 
     Writes ``(group, "action")`` and its log-prob: ``(group, "action_log_prob")`` for a plain action,
     one ``<head>_log_prob`` entry beside each head for a composite action.
+
+    The policy samples its actions unless told otherwise (``set_exploration_type(DETERMINISTIC)``
+    gives the mode): torchrl's default outside a collector would be the mode, and PPO trained on
+    rollouts of the mode silently stops exploring.
     """
     heads = action_heads(group)
     g = group.name
@@ -201,6 +206,7 @@ def build_actor(
             distribution_kwargs=head.dist_kwargs,
             return_log_prob=True,
             log_prob_key=group.keys.log_prob,
+            default_interaction_type=InteractionType.RANDOM,
         )
     return _composite_actor(group, heads, net, obs_key)
 
@@ -240,6 +246,7 @@ def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_ke
             "extra_kwargs": {h.key: h.dist_kwargs for h in heads if h.dist_kwargs},
         },
         return_log_prob=True,
+        default_interaction_type=InteractionType.RANDOM,
     )
 
 

@@ -219,3 +219,23 @@ def test_vmas_multidiscrete_actions_get_a_multicategorical_head():
     assert batch["agents", "action_log_prob"].shape == (4, 6, 2)
     router.compute_advantages(batch)
     assert torch.isfinite(AggregatedStep(router, lr=1e-3)(router(batch))["loss"])
+
+
+@pytest.mark.parametrize("composite", [False, True], ids=["plain", "composite"])
+def test_policy_samples_outside_a_collector_and_gives_the_mode_when_asked(composite):
+    # a plain env.rollout(policy) must explore: PPO on rollouts of the mode silently stops learning
+    from torchrl.envs import ExplorationType, set_exploration_type
+
+    env = HybridTargetEnv(num_envs=16, seed=0) if composite else VmasEnv("navigation", num_envs=16, seed=0)
+    groups = read_group_specs(env)
+    router = GroupRouter.from_specs(groups, hidden=(16,))
+    group = next(iter(groups))
+    td = env.reset()
+    with torch.no_grad():
+        sampled = [router.policy(td.clone()).get((group, "action")) for _ in range(2)]
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            modes = [router.policy(td.clone()).get((group, "action")) for _ in range(2)]
+    leaves = lambda a: list(a.values(True, True)) if isinstance(a, TensorDict) else [a]  # noqa: E731
+    assert all(not torch.equal(x, y) for x, y in zip(leaves(sampled[0]), leaves(sampled[1]))
+               if x.is_floating_point())
+    assert all(torch.equal(x, y) for x, y in zip(leaves(modes[0]), leaves(modes[1])))
