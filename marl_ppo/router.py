@@ -56,6 +56,13 @@ class _PerHeadLoss:
 
     _recorded_log_prob = None
     _entropy_heads: dict = {}
+    _entropy_trained = True  # False when every head's coefficient is 0: the entropy is only logged
+
+    def _get_entropy(self, dist, adv_shape):
+        if self._entropy_trained:
+            return super()._get_entropy(dist, adv_shape)
+        with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
+            return super()._get_entropy(dist, adv_shape)
 
     def _get_cur_log_prob(self, tensordict, params=None):
         log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
@@ -156,6 +163,7 @@ class GroupRouter(nn.Module):
             # head entropy coefficients, in the order of the loss's *_entropy keys
             loss.register_buffer("head_entropy_coeffs", torch.tensor(head_coeffs[g], dtype=torch.float32))
             loss.register_buffer("base_head_entropy_coeffs", loss.head_entropy_coeffs.clone())
+            loss._entropy_trained = any(c != 0.0 for c in head_coeffs[g])
             if spec.is_composite_action:
                 loss._entropy_heads = {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(self.heads[g])}
             else:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.distributions import Categorical
 from torch.testing import assert_close
+from torchrl.modules.distributions import TanhNormal
 
 from marl_ppo.distributions import MultiCategorical, StableTanhNormal
 
@@ -100,6 +101,27 @@ def test_entropy_gradient_is_finite():
 # -- MultiCategorical -------------------------------------------------------------------------------
 
 NVEC = [3, 4, 2]
+
+
+@pytest.mark.parametrize("low, high", [(-1.0, 1.0), (-2.0, 3.0), ([-1.0, 0.0], [1.0, 0.5])])
+def test_closed_form_log_prob_and_its_gradient_match_torchrl_tanh_normal(low, high):
+    # StableTanhNormal.log_prob is the hot-path rewrite of TanhNormal.log_prob: same values, same gradients,
+    # also at the boundary where torchrl's safe atanh clamps
+    torch.manual_seed(0)
+    low, high = torch.as_tensor(low).expand(2), torch.as_tensor(high).expand(2)
+    loc = torch.randn(64, 3, 2, requires_grad=True)
+    scale = (torch.rand(64, 3, 2) + 0.05).requires_grad_()
+    ref = TanhNormal(loc, scale, low=low, high=high)
+    value = ref.sample()
+    value[0, 0] = high  # on the boundary
+    value[1, 0] = low
+    ours, theirs = StableTanhNormal(loc, scale, low=low, high=high).log_prob(value), ref.log_prob(value)
+    assert ours.shape == theirs.shape == (64, 3)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-4)
+    g_ours = torch.autograd.grad(ours.sum(), (loc, scale))
+    g_theirs = torch.autograd.grad(theirs.sum(), (loc, scale))
+    for a, b in zip(g_ours, g_theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
 
 
 def test_multicategorical_log_prob_is_sum_of_categoricals():

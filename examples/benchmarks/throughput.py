@@ -14,7 +14,7 @@ Each repeat, for --iterations-per-repeat iterations:
   old log-probs, advantages, value targets): the same MLP shapes (policy obs->256->256->2*act with
   tanh, biased-softplus scale, TanhNormal log-prob by hand; centralised critic over the 3 agents'
   concatenated observations -> 256 -> 256 -> 1 value shared by the agents, as torchrl's
-  ``MultiAgentMLP(centralized=True, share_params=True)`` does), the same minibatches and epochs,
+  ``SharedAgentMLP(centralized=True)`` does), the same minibatches and epochs,
   one Adam, clipped PPO objective + MSE critic loss, grad-norm clip. No tensordict/torchrl inside.
 
 The floor starts from the weights that collected the batch, so its first log-probs must equal the
