@@ -39,7 +39,7 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.groups import GroupSpec
-from marl_ppo.policies import Head, action_heads, build_actor, build_critic
+from marl_ppo.policies import Head, TensorOutModule, action_heads, build_actor, build_critic
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
@@ -172,6 +172,7 @@ class GroupRouter(nn.Module):
             loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
             self.losses[g] = loss
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups])
+        self._reads_own_group_only = {g: _reads_own_group_only(spec) for g, spec in self.groups.items()}
 
     def set_entropy_scale(self, scale: float) -> None:
         """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""
@@ -246,7 +247,8 @@ class GroupRouter(nn.Module):
                     "on the full rollout before splitting it into minibatches"
                 )
             self._check_trailing_one(td, g, keys.advantage, "advantage")
-            loss_td = loss(td)
+            # the loss clones what it is given: give it its own group's entries, not every group's
+            loss_td = loss(td.select(g) if self._reads_own_group_only[g] else td)
             if self.groups[g].is_composite_action:
                 self._head_diagnostics(g, loss, td, loss_td)
             out[g] = _scalar_diagnostics(loss_td)
@@ -286,6 +288,13 @@ def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
     return loss_td
 
 
+def _reads_own_group_only(spec: GroupSpec) -> bool:
+    """Whether every entry the group's loss reads lives under the group's own key."""
+    keys = [*spec.observation_keys, spec.action_mask_key, spec.keys.mask, spec.keys.action, spec.keys.log_prob,
+            spec.keys.advantage, spec.keys.value_target, spec.keys.value]
+    return all(k is None or (isinstance(k, tuple) and len(k) > 1 and k[0] == spec.name) for k in keys)
+
+
 def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModule:
     """A critic reading this group's observation and writing its value key.
 
@@ -295,7 +304,7 @@ def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModul
     in_keys, out_keys = list(spec.observation_keys), [spec.keys.value]
     if list(critic.in_keys) == in_keys and list(critic.out_keys) == out_keys:
         return critic
-    return TensorDictModule(critic.module, in_keys=in_keys, out_keys=out_keys)
+    return TensorOutModule(critic.module, in_keys=in_keys, out_keys=out_keys)
 
 
 def _head_key(action_key: tuple, head: Head, suffix: str) -> tuple:

@@ -307,6 +307,17 @@ def test_trap2_loss_keys_are_namespaced_per_group(two_groups):
     assert not torch.equal(batch["A", "value_target"][..., :1, :], batch["B", "value_target"][..., :1, :])
 
 
+def test_each_loss_sees_only_its_group_and_computes_what_it_would_on_the_whole_batch(two_groups):
+    # the router hands each loss its own group's entries (a hot-path saving); the values must not change
+    router = make_router(two_groups)
+    batch = router.compute_advantages(make_batch(two_groups, router))
+    routed = router(batch)
+    for g, loss in router.losses.items():
+        direct = loss(batch)
+        for key in ("loss_objective", "loss_critic"):
+            assert_close(routed[g, key], direct[key])
+
+
 def test_trap3_diagnostics_are_detached_scalars(two_groups):
     router = make_router(two_groups, entropy_coeff=0.01)
     batch = router.compute_advantages(make_batch(two_groups, router))
