@@ -218,6 +218,8 @@ class GroupRouter(nn.Module):
                 self._check_trailing_one(td.get("next"), g, key, "training reward/done")
             loss.value_estimator(td)
             self._check_trailing_one(td, g, keys.advantage, "advantage")
+            if keys.mask is not None and keys.mask in td.keys(include_nested=True):
+                _mask_padding(td, keys)
         return td
 
     def _check_trailing_one(self, td: TensorDictBase, group: str, key, what: str) -> None:
@@ -248,7 +250,13 @@ class GroupRouter(nn.Module):
                 )
             self._check_trailing_one(td, g, keys.advantage, "advantage")
             # the loss clones what it is given: give it its own group's entries, not every group's
-            loss_td = loss(td.select(g) if self._reads_own_group_only[g] else td)
+            sub = td.select(g) if self._reads_own_group_only[g] else td
+            if keys.mask is not None and loss.normalize_advantage and keys.mask in td.keys(include_nested=True):
+                # torchrl standardises the advantage over the entries "shifted_valid" marks:
+                # padding (agents that left the episode) stays out of the statistics
+                sub = sub.copy() if sub is td else sub
+                sub.set("shifted_valid", td.get(keys.mask))
+            loss_td = loss(sub)
             if self.groups[g].is_composite_action:
                 self._head_diagnostics(g, loss, td, loss_td)
             out[g] = _scalar_diagnostics(loss_td)
@@ -275,6 +283,18 @@ class GroupRouter(nn.Module):
                     diag["entropy"] = entropy.get(_head_key(action_key, head, "_entropy")).mean()
             for name, value in diag.items():
                 loss_td.set(head.name + (name,), value)
+
+
+def _mask_padding(td: TensorDictBase, keys) -> None:
+    """Agents absent at a step (PettingZoo ``mask`` False) get advantage 0 and value target = value.
+
+    Their entries are padding: the loss masks them (``loss_mask_key``), and this keeps them out of
+    every other use of the advantages and targets. The mask is ``[*B, T, n_agents]``.
+    """
+    present = td.get(keys.mask).unsqueeze(-1)
+    advantage = td.get(keys.advantage)
+    td.set(keys.advantage, torch.where(present, advantage, advantage.new_zeros(())))
+    td.set(keys.value_target, torch.where(present, td.get(keys.value_target), td.get(keys.value)))
 
 
 def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:

@@ -32,7 +32,7 @@ from torchrl.data import Bounded
 
 from marl_ppo import RewardTable, read_group_specs, own, team
 from marl_ppo.aggregate import AggregatedStep, total_loss, unique_parameters
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups import GroupKeys, GroupSpec
 from marl_ppo.policies import build_actor, build_critic
 from marl_ppo.router import GroupRouter
 
@@ -316,6 +316,54 @@ def test_each_loss_sees_only_its_group_and_computes_what_it_would_on_the_whole_b
         direct = loss(batch)
         for key in ("loss_objective", "loss_critic"):
             assert_close(routed[g, key], direct[key])
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_agents_absent_from_the_episode_are_kept_out_of_advantages_and_loss(normalize):
+    # PettingZoo pads agents that left the episode (mask False): whatever sits in their rewards, actions and
+    # log-probs must change neither the advantages of the present agents nor the loss nor its gradient
+    spec = GroupSpec(
+        name="A", agents=("A_0", "A_1"), observation_keys=(("A", "observation"),),
+        action_spec=Bounded(-1.0, 1.0, shape=(2, 2)), env_batch_ndim=0, raw_reward_key=("A", "reward"),
+        observation_shape=(2, 4), keys=GroupKeys.for_group("A", mask=("A", "mask")),
+    )
+    groups = {"A": spec}
+    torch.manual_seed(0)
+    router = make_router(groups, normalize_advantage=normalize)
+    batch = make_batch(groups, router)
+    present = torch.ones(B, T, 2, dtype=torch.bool)
+    present[0, 3:, 1] = False  # agent 1 of env 0 leaves after step 2
+    batch.set(("A", "mask"), present)
+    batch.set(("next", "A", "mask"), present)
+    batch["next", "A", "train_done"][0, 2, 1] = True
+    batch["next", "A", "train_terminated"][0, 2, 1] = True
+
+    garbage = batch.clone()
+    absent = ~present
+    for key in [("next", "A", "train_reward"), ("A", "action"), ("A", "action_log_prob")]:
+        value = garbage.get(key)
+        value[absent] = 1e3 * torch.randn_like(value[absent])
+
+    def run(td):
+        router.zero_grad()
+        router.compute_advantages(td)
+        losses = router(td.reshape(-1))
+        total_loss(losses).backward()
+        return losses["A"], [p.grad.clone() for p in router.parameters() if p.grad is not None]
+
+    (clean, clean_grads), (dirty, dirty_grads) = run(batch), run(garbage)
+    if normalize:
+        # before any update the ratio is 1, so the objective is minus the mean normalised advantage over the
+        # present entries: 0 when the normalisation statistics leave the padding out
+        assert abs(clean["loss_objective"].item()) < 1e-5
+    assert torch.equal(batch["A", "advantage"][absent], torch.zeros(int(absent.sum()), 1))
+    assert_close(batch["A", "advantage"], garbage["A", "advantage"])
+    assert_close(batch["A", "value_target"], garbage["A", "value_target"])
+    for key in ("loss_objective", "loss_critic"):
+        assert_close(clean[key], dirty[key])
+    assert len(clean_grads) == len(dirty_grads) > 0
+    for a, b in zip(clean_grads, dirty_grads):
+        assert_close(a, b)
 
 
 def test_trap3_diagnostics_are_detached_scalars(two_groups):
