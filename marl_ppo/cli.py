@@ -4,8 +4,9 @@
 
     marl-ppo train [CONFIG.yaml] [key=value ...]      # default: MAPPO on VMAS navigation
     marl-ppo train --resume RUN_DIR [key=value ...]   # continue a run from its last checkpoint
-    marl-ppo eval RUN_DIR [--episodes N]              # deterministic returns per group
+    marl-ppo eval RUN_DIR [--episodes N] [--video F]  # deterministic returns per group (VMAS: GIF)
     marl-ppo plot RUN_DIR [RUN_DIR ...] [--out DIR]   # learning curves (PNG)
+    marl-ppo suite SUITE.yaml [--workers N]           # tasks x seeds, marl-eval JSON and a plot
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -48,10 +49,20 @@ def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.trainer import evaluate, load_policy
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint)
+    recorder = None
+    if args.video:
+        if cfg.env.kind != "vmas":
+            raise ValueError(f"--video renders VMAS envs only; this run's env.kind is {cfg.env.kind!r}")
+        from marl_ppo.video import FrameRecorder
+
+        recorder = FrameRecorder()
     n = args.episodes
     env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=n if cfg.env.kind == "vmas" else min(n, 8))
-    returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups))
-    print(json.dumps({"run_dir": str(args.run_dir), "episode_reward": returns}, indent=2))
+    returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), callback=recorder)
+    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episode_reward": returns}
+    if recorder is not None:
+        result["video"] = str(recorder.save(args.video))
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -64,8 +75,8 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
+def build_parser() -> argparse.ArgumentParser:
+    """The ``marl-ppo`` argument parser (also rendered into the docs' CLI reference)."""
     parser = argparse.ArgumentParser(prog="marl-ppo", description="Multi-agent PPO on VMAS and PettingZoo.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train from a YAML config (default: VMAS navigation)")
@@ -74,14 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
-    p.add_argument("run_dir")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--checkpoint", default="last.pt")
+    p.add_argument("run_dir", help="a run directory written by marl-ppo train")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run (VMAS: one vectorized batch)")
+    p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
+    p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
-    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")
     p.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
     p.set_defaults(func=_plot)
+    # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser
+    sub.add_parser("suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot",
+                   add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["suite"]:  # the suite has its own parser (options before the file included)
+        from marl_ppo.suite import main as suite_main
+
+        return suite_main(argv[1:], prog="marl-ppo suite")
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)

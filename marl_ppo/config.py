@@ -48,7 +48,9 @@ class EnvConfig:
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
         device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
-        kwargs: scenario keyword arguments (e.g. ``n_agents: 3``).
+        kwargs: scenario keyword arguments (e.g. ``n_agents: 3``). They belong to the scenario:
+            a file or override that changes ``env.scenario`` without giving ``env.kwargs`` starts
+            from none (the scenario's own defaults).
     """
 
     kind: str = "vmas"
@@ -140,6 +142,8 @@ class TrainConfig:
         max_grad_norm: global gradient-norm clip.
         seed: seeds torch, numpy, python and the envs.
         device: where the networks and the update run.
+        num_threads: torch intra-op threads (0: torch's default, one per core). On a busy machine
+            1 avoids threads spin-waiting on each other.
     """
 
     total_frames: int = 120_000
@@ -151,8 +155,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     seed: int = 0
     device: str = "cpu"
+    num_threads: int = 0
 
     def __post_init__(self) -> None:
+        if self.num_threads < 0:
+            raise ConfigError(f"train.num_threads must be >= 0 (0: torch's default), got {self.num_threads}")
         _choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
         for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size"):
             if getattr(self, name) < 1:
@@ -176,6 +183,8 @@ class LogConfig:
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
+        video: VMAS only: save a GIF of one deterministic episode at every evaluation
+            (``videos/`` in the run directory).
     """
 
     root: str = "runs"
@@ -186,6 +195,7 @@ class LogConfig:
     checkpoint_every: int = 5
     progress: bool = True
     plot: bool = True
+    video: bool = False
 
     def __post_init__(self) -> None:
         for lg in self.loggers:
@@ -194,8 +204,17 @@ class LogConfig:
 
 @dataclass
 class Config:
-    """A whole run. ``reward_table`` is the YAML/dict form of :class:`~marl_ppo.reward_table.RewardTable`;
-    ``None`` means each group trains on its own reward."""
+    """A whole run.
+
+    Attributes:
+        env: the environment (:class:`EnvConfig`).
+        model: policy and critic networks (:class:`ModelConfig`).
+        loss: the PPO loss of every group (:class:`LossConfig`).
+        train: collection and optimisation (:class:`TrainConfig`).
+        log: run directory, loggers, evaluation, checkpoints (:class:`LogConfig`).
+        reward_table: the YAML/dict form of :class:`~marl_ppo.reward_table.RewardTable`
+            (see ``docs/reward_table.md``); empty means each group trains on its own reward.
+    """
 
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -203,6 +222,10 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     reward_table: Optional[dict[str, Any]] = None
+
+    def __post_init__(self) -> None:
+        if self.log.video and self.env.kind != "vmas":
+            raise ConfigError(f"log.video renders VMAS envs only; env.kind is {self.env.kind!r}")
 
     def run_name(self) -> str:
         return self.log.name or f"{self.env.scenario}-{self.loss.algorithm}-seed{self.train.seed}"
@@ -224,6 +247,25 @@ def _unknown_key_error(full_key: str) -> ConfigError:
     return ConfigError(f"unknown config key {full_key!r}{hint}")
 
 
+def _merge_layer(base, layer, *, replace_kwargs: bool):
+    """Merges a YAML file or the overrides onto ``base``; scenario kwargs belong to their scenario.
+
+    ``env.kwargs`` from a file (``replace_kwargs``) or given with a new ``env.scenario`` replace the
+    base's (merging would leak e.g. ``n_agents`` into another scenario); overrides such as
+    ``env.kwargs.n_agents=4`` for the same scenario add to them; a new scenario without kwargs
+    starts from none.
+    """
+    scenario = OmegaConf.select(layer, "env.scenario")
+    changes_scenario = scenario is not None and scenario != base.env.scenario
+    merged = OmegaConf.merge(base, layer)
+    layer_kwargs = OmegaConf.select(layer, "env.kwargs")
+    if layer_kwargs is not None and (replace_kwargs or changes_scenario):
+        merged.env.kwargs = layer_kwargs
+    elif layer_kwargs is None and changes_scenario:
+        merged.env.kwargs = {}
+    return merged
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file at ``path``, then ``key=value`` overrides, type-checked."""
     schema = OmegaConf.structured(Config)
@@ -233,17 +275,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             path = Path(path)
             if not path.exists():
                 raise ConfigError(f"config file {str(path)!r} does not exist")
-            loaded = OmegaConf.load(path)
-            merged = OmegaConf.merge(merged, loaded)
-            # A file's scenario kwargs replace the defaults' (merging would leak n_agents into other scenarios).
-            file_kwargs = OmegaConf.select(loaded, "env.kwargs")
-            if file_kwargs is not None:
-                merged.env.kwargs = file_kwargs
+            merged = _merge_layer(merged, OmegaConf.load(path), replace_kwargs=True)
         if overrides:
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ConfigError(f"overrides must be key=value, got {bad}")
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+            merged = _merge_layer(merged, OmegaConf.from_dotlist(list(overrides)), replace_kwargs=False)
         cfg = OmegaConf.to_object(merged)
     except ConfigKeyError as err:
         key = getattr(err, "full_key", None) or str(err)

@@ -118,7 +118,7 @@ class GroupRouter(nn.Module):
         head_entropy_coeff: Mapping[str, float] | None = None,
         critic_coeff: float = 1.0,
         loss_critic_type: str = "l2",
-        normalize_advantage: bool = True,
+        normalize_advantage: bool = False,
         clip_value: float | None = None,
         gamma: float = 0.99,
         lmbda: float = 0.9,

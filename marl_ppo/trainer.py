@@ -35,6 +35,7 @@ from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import RunLogger
+from marl_ppo.video import FrameRecorder
 
 __all__ = ["Parts", "build", "ppo_update", "episode_returns", "Trainer", "TrainingError"]
 
@@ -62,6 +63,8 @@ def seed_everything(seed: int) -> None:
 
 def build(cfg: Config) -> Parts:
     """Env, group specs, validated reward table, router and optimizer step from a config."""
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
     env = make_env(cfg.env, seed=cfg.train.seed)
     groups = read_group_specs(env)
@@ -171,10 +174,17 @@ def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float
 
 
 @torch.no_grad()
-def evaluate(policy, env: EnvBase, max_steps: int, groups: list[str]) -> dict[str, float]:
-    """Deterministic-action rollout of ``max_steps``; mean return of completed episodes per group."""
+def evaluate(policy, env: EnvBase, max_steps: int, groups: list[str], *, callback=None) -> dict[str, float]:
+    """Deterministic-action rollout of ``max_steps``; mean return of completed episodes per group.
+
+    ``callback(env, td)`` is called after the reset and after every step (e.g. to grab video frames).
+    """
     with set_exploration_type(ExplorationType.DETERMINISTIC):
-        td = env.rollout(max_steps, policy, break_when_any_done=False)
+        td = env.reset()
+        if callback is not None:
+            callback(env, td)
+        td = env.rollout(max_steps, policy, auto_reset=False, tensordict=td, break_when_any_done=False,
+                         callback=callback)
     returns = episode_returns(td, groups)
     if not returns:  # no episode ended: report the return so far
         nxt = td.get("next")
@@ -191,12 +201,14 @@ class Trainer:
 
     def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir) if run_dir is not None else Path(cfg.log.root) / cfg.run_name()
+        self.run_dir = _run_dir(cfg, run_dir, resume)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.parts = build(cfg)
         self.iteration = 0
         self.frames = 0
+        self._last_eval_iteration: int | None = None
+        self._last_eval: dict[str, float] = {}
         iterations = cfg.train.iterations
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.parts.step.optimizer,
@@ -260,8 +272,11 @@ class Trainer:
             progress.close()
             collector.shutdown()
         self._save()
-        final = self._evaluate()
-        self.logger.log(final, self.frames)
+        if self._last_eval_iteration == self.iteration:  # the last iteration has just been evaluated
+            final = self._last_eval
+        else:
+            final = self._evaluate()
+            self.logger.log(final, self.frames)
         self.logger.close()
         if cfg.log.plot:
             from marl_ppo.plots import plot_runs
@@ -298,8 +313,14 @@ class Trainer:
         if not hasattr(self, "_eval_env"):
             n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
             self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n)
-        returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups))
-        return {f"eval/{g}/episode_reward": r for g, r in returns.items()}
+        recorder = FrameRecorder() if cfg.log.video else None
+        returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
+                           callback=recorder)
+        if recorder is not None:
+            recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
+        self._last_eval_iteration = self.iteration
+        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in returns.items()}
+        return self._last_eval
 
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
         summary = {"iteration": self.iteration, "frames": self.frames, "run_dir": str(self.run_dir), **final}
@@ -340,6 +361,27 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
+
+
+def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
+    """The run's directory. A new run never writes into another run's directory: the default name
+    gets the next free ``-2``, ``-3``... suffix, and an explicit directory holding a run is refused."""
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        if not resume and (run_dir / "config.yaml").exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run; resume it (marl-ppo train --resume {run_dir}) "
+                "or choose another directory"
+            )
+        return run_dir
+    base = Path(cfg.log.root) / cfg.run_name()
+    if resume:
+        return base
+    path, n = base, 1
+    while (path / "config.yaml").exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def load_policy(run_dir: str | Path, checkpoint: str = "last.pt"):

@@ -129,6 +129,27 @@ def test_eval_is_deterministic(trained_run, capsys):
     assert outs[0] == outs[1]
 
 
+def test_eval_saves_a_video_with_the_same_returns(trained_run, tmp_path, capsys):
+    from PIL import Image
+
+    capsys.readouterr()
+    assert main(["eval", str(trained_run), "--episodes", "2"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    gif = tmp_path / "episode.gif"
+    assert main(["eval", str(trained_run), "--episodes", "2", "--video", str(gif)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["video"] == str(gif) and data["episode_reward"] == plain["episode_reward"]
+    with Image.open(gif) as image:
+        assert image.n_frames == 10  # max_steps=10: the reset frame and every step but the last
+
+
+def test_suite_subcommand_hands_over_to_the_suite_parser(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["suite", "--help"])
+    assert info.value.code == 0
+    assert "usage: marl-ppo suite" in capsys.readouterr().out
+
+
 def test_eval_pettingzoo_run(tmp_path, capsys):
     """A run from configs/simple_spread.yaml (kwargs {N: 3}, no n_agents) must evaluate too."""
     run = tmp_path / "spread"

@@ -256,6 +256,24 @@ def test_empty_file_kwargs_replace_defaults(tmp_path):
     assert make_config(path).env.kwargs == {}
 
 
+def test_new_scenario_without_kwargs_drops_the_other_scenarios_kwargs(tmp_path):
+    # `env.scenario=balance` alone must not run balance with navigation's n_agents
+    assert make_config(overrides=["env.scenario=balance"]).env.kwargs == {}
+    path = tmp_path / "balance.yaml"
+    path.write_text("env:\n  scenario: balance\n")
+    assert make_config(path).env.kwargs == {}
+    # same scenario: the kwargs stay; dotted overrides add to them; kwargs given with the scenario are used
+    assert make_config(overrides=["env.scenario=navigation"]).env.kwargs == {"n_agents": 3}
+    assert make_config(ROOT / "configs" / "simple_spread.yaml", ["env.kwargs.local_ratio=0.3"]).env.kwargs == {
+        "N": 3, "local_ratio": 0.3}
+    assert make_config(overrides=["env.scenario=balance", "env.kwargs.n_agents=5"]).env.kwargs == {"n_agents": 5}
+
+
+def test_num_threads_must_not_be_negative():
+    with pytest.raises(ConfigError, match="train.num_threads must be >= 0"):
+        make_config(overrides=["train.num_threads=-1"])
+
+
 # -- YAML round-trip -----------------------------------------------------------------------------------
 
 

@@ -473,3 +473,52 @@ def test_default_run_dir_is_root_slash_run_name(tmp_path):
     trainer = Trainer(cfg)
     assert trainer.run_dir == tmp_path / "navigation-mappo-seed4"
     assert (trainer.run_dir / "config.yaml").exists()
+
+
+# -- run directories, evaluation, videos, threads --------------------------------------------------------------
+
+
+def test_new_run_never_writes_into_another_runs_directory(tmp_path):
+    cfg = make_config(overrides=[f"log.root={tmp_path}", "log.name=nav", "log.eval_every=0"])
+    first = Trainer(cfg)
+    assert first.run_dir == tmp_path / "nav"
+    first.fit()
+    assert Trainer(cfg).run_dir == tmp_path / "nav-2"  # the default directory gets the next free suffix
+    assert Trainer(cfg).run_dir == tmp_path / "nav-3"
+    with pytest.raises(FileExistsError, match="already holds a run; resume it"):
+        Trainer(cfg, run_dir=tmp_path / "nav")  # an explicit directory holding a run is refused
+    assert Trainer(cfg, run_dir=tmp_path / "nav", resume=True).iteration == 2
+
+
+def test_final_evaluation_is_not_repeated_when_the_last_iteration_evaluated(tmp_path):
+    # 2 iterations, eval every iteration: the final result is the last iteration's evaluation, logged once per step
+    summary = Trainer(make_config(overrides=["log.eval_every=1"]), run_dir=tmp_path / "run").fit()
+    scalars = read_scalars(tmp_path / "run")
+    rows = scalars["eval/agents/episode_reward"]
+    assert steps(scalars, "eval/agents/episode_reward") == [FPB, 2 * FPB]
+    assert summary["eval/agents/episode_reward"] == pytest.approx(rows[-1][1])
+
+
+def test_video_of_each_evaluation_is_an_animated_gif(tmp_path):
+    from PIL import Image
+
+    cfg = make_config(overrides=["log.video=true", "log.eval_every=2", "env.max_steps=6"])
+    Trainer(cfg, run_dir=tmp_path / "run").fit()
+    videos = sorted((tmp_path / "run" / "videos").glob("*.gif"))
+    assert [v.name for v in videos] == ["eval_iter00002.gif"]
+    with Image.open(videos[0]) as gif:
+        assert gif.n_frames == 6 and gif.size == (700, 700)  # the reset frame and every step but the last
+
+
+def test_video_is_refused_for_pettingzoo():
+    with pytest.raises(ConfigError, match="log.video renders VMAS envs only"):
+        load_config(ROOT / "configs" / "simple_spread.yaml", ["log.video=true"])
+
+
+def test_num_threads_sets_torch_threads(tmp_path):
+    before = torch.get_num_threads()
+    try:
+        Trainer(make_config(overrides=["train.num_threads=1"]), run_dir=tmp_path / "run")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

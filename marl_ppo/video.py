@@ -1,0 +1,50 @@
+"""Episode videos of VMAS envs: one deterministic episode rendered to an animated GIF.
+
+VMAS renders each frame itself (``render(mode="rgb_array")``, headless); Pillow writes the GIF, so no
+video codec is needed. PettingZoo envs are not rendered here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from torchrl.envs import EnvBase
+
+__all__ = ["FrameRecorder", "save_gif"]
+
+
+class FrameRecorder:
+    """A rollout callback (``env.rollout(..., callback=recorder)``) keeping one env's rendered frames.
+
+    >>> from torchrl.envs.libs.vmas import VmasEnv
+    >>> env = VmasEnv("navigation", num_envs=2, seed=0, max_steps=3)
+    >>> recorder = FrameRecorder()
+    >>> _ = env.rollout(3, callback=recorder)  # torchrl calls it after every step but the last
+    >>> len(recorder.frames), recorder.frames[0].shape
+    (2, (700, 700, 3))
+    """
+
+    def __init__(self, env_index: int = 0) -> None:
+        self.env_index = env_index
+        self.frames: list[np.ndarray] = []
+
+    def __call__(self, env: EnvBase, _td=None) -> None:
+        self.frames.append(env.render(mode="rgb_array", env_index=self.env_index))
+
+    def save(self, path: str | Path, *, fps: int = 20) -> Path:
+        return save_gif(self.frames, path, fps=fps)
+
+
+def save_gif(frames: list[np.ndarray], path: str | Path, *, fps: int = 20) -> Path:
+    """Writes RGB frames (``[H, W, 3]`` uint8) as a looping animated GIF."""
+    from PIL import Image
+
+    if not frames:
+        raise ValueError("no frames to write")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+    tmp = path.with_name(path.name + ".tmp")
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    tmp.replace(path)
+    return path
