@@ -64,8 +64,10 @@ class RunLogger:
     def close(self) -> None:
         for logger in self.loggers:
             exp = getattr(logger, "experiment", None)
-            for f in getattr(exp, "files", {}).values():
+            for f in getattr(exp, "files", {}).values():  # CSV
                 f.close()
+            if hasattr(exp, "flush") and hasattr(exp, "close"):  # TensorBoard's SummaryWriter
+                exp.close()
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

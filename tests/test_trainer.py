@@ -522,3 +522,30 @@ def test_num_threads_sets_torch_threads(tmp_path):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_tensorboard_logger_gets_the_same_scalars_as_csv(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    Trainer(make_config(overrides=["log.loggers=[csv,tensorboard]", "log.eval_every=1"]), run_dir=run).fit()
+    events = list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    csv = read_scalars(run)
+    for name in ("eval/agents/episode_reward", "train/agents/loss_objective", "time/fps"):
+        tb = [(e.step, e.value) for e in acc.Scalars(name)]
+        assert [s for s, _ in tb] == [s for s, _ in csv[name]]
+        assert [v for _, v in tb] == pytest.approx([v for _, v in csv[name]], rel=1e-5)
+
+
+def test_logger_that_is_not_installed_is_named(tmp_path):
+    try:
+        import wandb  # noqa: F401
+        pytest.skip("wandb is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match="log.loggers asks for 'wandb', which is not installed"):
+        Trainer(make_config(overrides=["log.loggers=[csv,wandb]"]), run_dir=tmp_path / "run")
