@@ -48,7 +48,7 @@ def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.envs import make_env
     from marl_ppo.trainer import evaluate, load_policy
 
-    cfg, parts = load_policy(args.run_dir, args.checkpoint)
+    cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
     recorder = None
     if args.video:
         if cfg.env.kind != "vmas":
@@ -58,6 +58,7 @@ def _eval(args: argparse.Namespace) -> int:
         recorder = FrameRecorder()
     n = args.episodes
     env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=n if cfg.env.kind == "vmas" else min(n, 8))
+    env = env.to(cfg.train.device)  # where the policy is
     returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), callback=recorder)
     result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episode_reward": returns}
     if recorder is not None:
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (VMAS: one vectorized batch)")
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
+    p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.collectors import Collector
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
@@ -127,25 +127,37 @@ def ppo_update(
     *,
     num_epochs: int,
     minibatch_size: int,
+    check_each_step: bool | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
     Returns the per-group diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm``.
+    A non-finite loss raises :class:`TrainingError`, checked after every step on CPU
+    (``check_each_step``, default) and after every epoch on an accelerator.
     """
     flat = batch.select(*_update_keys(router)).reshape(-1)
     n = flat.shape[0]
     n_minibatches = max(n // minibatch_size, 1)
+    # on an accelerator, reading the loss each step would make the host wait for the device every
+    # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way)
+    if check_each_step is None:
+        check_each_step = all(p.device.type == "cpu" for p in step.params)
     logged = []
     for _ in range(num_epochs):
         perm = torch.randperm(n, device=flat.device)
         for i in range(n_minibatches):
             losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
             stats = step(losses)
-            if not torch.isfinite(stats["loss"]):
+            if check_each_step and not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])
             logged.append(losses)
+        if not check_each_step:
+            epoch = logged[-n_minibatches:]
+            finite = torch.isfinite(torch.stack([losses.get("loss") for losses in epoch]))
+            if not finite.all():
+                raise TrainingError(_non_finite_message(epoch[int((~finite).nonzero()[0])]))
     # one stack and mean at the end instead of tensordict arithmetic per minibatch
     return torch.stack(logged).detach().mean(0)
 
@@ -153,8 +165,9 @@ def ppo_update(
 def _non_finite_message(losses: TensorDictBase) -> str:
     bad = [
         f"{g}/{k}={v.item()}"
-        for g in losses.keys()
-        for k, v in losses.get(g).items()
+        for g, group_losses in losses.items()
+        if is_tensor_collection(group_losses)  # the per-group entries, not the logged total
+        for k, v in group_losses.items()
         if k.startswith("loss_") and not torch.isfinite(v)
     ]
     return f"non-finite loss: {', '.join(bad) or 'aggregate'}; stopping (the last good checkpoint is kept)"
@@ -312,7 +325,8 @@ class Trainer:
         cfg = self.cfg
         if not hasattr(self, "_eval_env"):
             n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
-            self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n)
+            # on the policy's device, as the collector puts the training env
+            self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n).to(cfg.train.device)
         recorder = FrameRecorder() if cfg.log.video else None
         returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
                            callback=recorder)
@@ -336,7 +350,12 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "iteration": self.iteration,
             "frames": self.frames,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+            },
             "config": to_yaml(self.cfg),
         }
 
@@ -352,12 +371,14 @@ class Trainer:
     def _load(self, path: Path) -> None:
         if not path.exists():
             raise FileNotFoundError(f"cannot resume: no checkpoint at {path}")
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=False, map_location="cpu")  # loading copies onto each module's device
         self.parts.router.load_state_dict(state["router"])
         self.parts.step.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.iteration, self.frames = state["iteration"], state["frames"]
         torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
@@ -384,13 +405,20 @@ def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
     return path
 
 
-def load_policy(run_dir: str | Path, checkpoint: str = "last.pt"):
-    """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters."""
+def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None):
+    """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
+
+    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``).
+    """
+    from dataclasses import replace
+
     from marl_ppo.config import from_yaml
 
     run_dir = Path(run_dir)
     cfg = from_yaml((run_dir / "config.yaml").read_text())
+    if device is not None:
+        cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
     parts = build(cfg)
-    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=False, map_location="cpu")
     parts.router.load_state_dict(state["router"])
     return cfg, parts

@@ -475,6 +475,29 @@ def test_default_run_dir_is_root_slash_run_name(tmp_path):
     assert (trainer.run_dir / "config.yaml").exists()
 
 
+def test_non_finite_loss_checked_once_per_epoch_names_the_bad_minibatch(monkeypatch):
+    # the accelerator path (no host sync per step) must still stop, and name the group and term
+    parts = trainer_mod.build(make_config())
+    with torch.no_grad():
+        batch = parts.reward_table(parts.env.rollout(10, parts.router.policy, break_when_any_done=False))
+    parts.router.compute_advantages(batch)
+    real_forward = GroupRouter.forward
+    calls = {"n": 0}
+
+    def forward_nan_on_second_call(self, td):
+        losses = real_forward(self, td)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            losses.set(("agents", "loss_critic"), losses.get(("agents", "loss_critic")) * float("nan"))
+        return losses
+
+    monkeypatch.setattr(GroupRouter, "forward", forward_nan_on_second_call)
+    with pytest.raises(TrainingError, match="agents/loss_critic=nan"):
+        trainer_mod.ppo_update(parts.router, parts.step, batch, num_epochs=3, minibatch_size=10,
+                               check_each_step=False)
+    assert calls["n"] == 4  # the first epoch (4 minibatches of 10) ran to its end, then stopped
+
+
 # -- run directories, evaluation, videos, threads --------------------------------------------------------------
 
 
@@ -539,6 +562,17 @@ def test_tensorboard_logger_gets_the_same_scalars_as_csv(tmp_path):
         tb = [(e.step, e.value) for e in acc.Scalars(name)]
         assert [s for s, _ in tb] == [s for s, _ in csv[name]]
         assert [v for _, v in tb] == pytest.approx([v for _, v in csv[name]], rel=1e-5)
+
+
+def test_checkpoint_loads_onto_another_device(tmp_path):
+    # a run's checkpoint is read to CPU first, then copied onto the modules' device
+    run = tmp_path / "run"
+    Trainer(make_config(), run_dir=run).fit()
+    cfg, parts = trainer_mod.load_policy(run, device="cpu")
+    assert cfg.train.device == "cpu" and cfg.env.device == "cpu"
+    saved = last_checkpoint(run)["router"]
+    for k, v in parts.router.state_dict().items():
+        assert torch.equal(v, saved[k])
 
 
 def test_logger_that_is_not_installed_is_named(tmp_path):
