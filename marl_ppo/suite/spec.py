@@ -1,0 +1,214 @@
+"""The suite spec: a suite file's tasks, seeds and settings (:class:`Suite`, :class:`TaskSpec`),
+checked key by key, and :func:`plan`, which resolves it into one :class:`Job` per (task, seed)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import yaml
+
+SUITE_KEYS = ("name", "tasks", "seeds", "overrides", "workers", "out", "threads", "absolute_eval_factor")
+TASK_KEYS = ("config", "name", "overrides")
+
+
+class SuiteError(ValueError):
+    """A suite file or suite argument that cannot run: an unknown key, a bad value, a missing file."""
+
+
+# -- the suite spec ----------------------------------------------------------------------------------
+
+
+def _check_keys(where: str, given: Iterable[str], allowed: Sequence[str]) -> None:
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SuiteError(f"unknown key {key!r} in {where}; {hint}allowed keys: {', '.join(allowed)}")
+
+
+def _as_overrides(value: Any, where: str) -> list[str]:
+    """``[k=v, ...]`` or a mapping ``{k: v}`` (dotted keys, nested mappings flattened) as ``k=v`` strings.
+
+    >>> _as_overrides({"train": {"total_frames": 6000}, "env.scenario": "balance"}, "overrides")
+    ['train.total_frames=6000', 'env.scenario=balance']
+    >>> _as_overrides(["train.seed"], "overrides")
+    Traceback (most recent call last):
+    ...
+    marl_ppo.suite.spec.SuiteError: overrides must be key=value strings, got ['train.seed']
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, Mapping):
+        out: list[str] = []
+
+        def flat(prefix: str, v: Any) -> None:
+            if isinstance(v, Mapping) and v:
+                for k, sub in v.items():
+                    flat(f"{prefix}.{k}" if prefix else str(k), sub)
+            else:
+                out.append(f"{prefix}={v if isinstance(v, str) else json.dumps(v)}")
+
+        flat("", value)
+        return out
+    if isinstance(value, (list, tuple)):
+        bad = [v for v in value if not isinstance(v, str) or "=" not in v]
+        if bad:
+            raise SuiteError(f"{where} must be key=value strings, got {bad}")
+        return list(value)
+    raise SuiteError(f"{where} must be a list of key=value strings or a mapping, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a suite: a train config file, its own overrides, and the task name in the results."""
+
+    config: Optional[str] = None
+    overrides: tuple[str, ...] = ()
+    name: Optional[str] = None
+
+    @classmethod
+    def parse(cls, raw: Any, where: str, base: Optional[Path]) -> "TaskSpec":
+        if isinstance(raw, str):
+            raw = {"config": raw}
+        if not isinstance(raw, Mapping):
+            raise SuiteError(f"{where} must be a config path or a mapping with keys {', '.join(TASK_KEYS)}; got {raw!r}")
+        _check_keys(where, raw, TASK_KEYS)
+        config = raw.get("config")
+        if config is not None:
+            config = str(_resolve(str(config), base, where))
+        name = raw.get("name")
+        if name is not None and (not isinstance(name, str) or not name or "," in name or "/" in name):
+            raise SuiteError(f"{where}.name must be a non-empty string without ',' or '/', got {name!r}")
+        return cls(config, tuple(_as_overrides(raw.get("overrides"), f"{where}.overrides")), name)
+
+
+def _resolve(path: str, base: Optional[Path], where: str) -> Path:
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        candidates = [p]
+    else:
+        candidates = ([base / p] if base is not None else []) + [Path.cwd() / p]
+    for c in candidates:
+        if c.exists():
+            return c.resolve()
+    raise SuiteError(f"{where}: config file {path!r} not found (tried {', '.join(str(c) for c in candidates)})")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A benchmark suite: tasks × seeds, common overrides, how many worker processes, where to write."""
+
+    tasks: tuple[TaskSpec, ...]
+    seeds: tuple[int, ...] = (0,)
+    overrides: tuple[str, ...] = ()
+    workers: int = 1
+    out: str = "runs/suite"
+    name: Optional[str] = None
+    threads: Optional[int] = None
+    absolute_eval_factor: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise SuiteError("a suite needs at least one task")
+        if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise SuiteError(f"seeds must be a non-empty list of integers, got {list(self.seeds)}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise SuiteError(f"seeds must be distinct, got {list(self.seeds)}")
+        for key in ("workers", "absolute_eval_factor") + (("threads",) if self.threads is not None else ()):
+            value = getattr(self, key)
+            low = 0 if key == "absolute_eval_factor" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise SuiteError(f"{key} must be an integer >= {low}, got {value!r}")
+
+    @classmethod
+    def from_dict(cls, raw: Any, base: Optional[Path] = None, source: str = "suite") -> "Suite":
+        """A suite from its YAML mapping; relative task config paths resolve against ``base``."""
+        if not isinstance(raw, Mapping):
+            raise SuiteError(f"{source} must be a mapping with keys {', '.join(SUITE_KEYS)}; got {type(raw).__name__}")
+        _check_keys(source, raw, SUITE_KEYS)
+        if "tasks" not in raw or not isinstance(raw["tasks"], list):
+            raise SuiteError(f"{source}: 'tasks' must be a list of config files or {{config, overrides, name}} mappings")
+        tasks = tuple(TaskSpec.parse(t, f"{source}: tasks[{i}]", base) for i, t in enumerate(raw["tasks"]))
+        seeds = raw.get("seeds", [0])
+        seeds = [seeds] if isinstance(seeds, int) else seeds
+        if not isinstance(seeds, list):
+            raise SuiteError(f"{source}: seeds must be a list of integers, got {seeds!r}")
+        kwargs: dict[str, Any] = {k: raw[k] for k in ("workers", "out", "name", "threads", "absolute_eval_factor") if raw.get(k) is not None}
+        if "out" in kwargs:
+            kwargs["out"] = str(kwargs["out"])
+        return cls(tasks=tasks, seeds=tuple(seeds), overrides=tuple(_as_overrides(raw.get("overrides"), f"{source}: overrides")), **kwargs)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Suite":
+        """A suite from a YAML file."""
+        path = Path(path)
+        if not path.exists():
+            raise SuiteError(f"suite file {str(path)!r} does not exist")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise SuiteError(f"suite file {str(path)!r} is not valid YAML: {err}") from None
+        return cls.from_dict(raw, base=path.resolve().parent, source=str(path))
+
+    def replace(self, **changes: Any) -> "Suite":
+        return dataclasses.replace(self, **changes)
+
+
+# -- planning ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (task, seed) run, resolved: names for the results, the run directory, the full config."""
+
+    environment: str
+    task: str
+    algorithm: str
+    seed: int
+    run_dir: str
+    config_yaml: str
+    absolute_episodes: int
+    threads: Optional[int]
+
+    @property
+    def label(self) -> str:
+        return f"{self.environment}/{self.task}/{self.algorithm}/seed_{self.seed}"
+
+
+def plan(suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str] = ()) -> list[Job]:
+    """Every (task, seed) run of ``suite`` with its resolved config; config errors raise here, before any run."""
+    from marl_ppo.config import ConfigError, load_config, to_yaml
+
+    out_dir = Path(out if out is not None else suite.out).resolve()
+    workers_threads = suite.threads if suite.threads is not None else (1 if suite.workers > 1 else None)
+    jobs: list[Job] = []
+    seen: dict[tuple, str] = {}
+    for i, task in enumerate(suite.tasks):
+        for seed in suite.seeds:
+            try:
+                cfg = load_config(task.config, [*suite.overrides, *task.overrides, *overrides])
+            except ConfigError as err:
+                raise SuiteError(f"tasks[{i}] ({task.config or 'defaults'}): {err}") from None
+            name = task.name or cfg.env.scenario
+            cfg.train.seed = seed
+            cfg.log.root = str(out_dir / "runs")
+            cfg.log.name = f"{name}-{cfg.loss.algorithm}-seed{seed}"
+            if suite.workers > 1:  # a progress bar per worker would only fill worker.log
+                cfg.log.progress = False
+            key = (cfg.env.kind, name, cfg.loss.algorithm, seed)
+            if key in seen:
+                raise SuiteError(
+                    f"tasks[{i}] and {seen[key]} are both {'/'.join(map(str, key[:3]))} with seed {seed}; "
+                    "give one of them a different 'name'")
+            seen[key] = f"tasks[{i}]"
+            episodes = suite.absolute_eval_factor * cfg.log.eval_episodes
+            jobs.append(Job(cfg.env.kind, name, cfg.loss.algorithm, seed, str(Path(cfg.log.root) / cfg.log.name),
+                            to_yaml(cfg), episodes, workers_threads))
+    return jobs
+
