@@ -22,3 +22,72 @@ def test_benchmark_script_quick(script, pattern):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(pattern, out.stdout), out.stdout
+
+
+def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _summary(stdout: str, side: str) -> dict[str, float]:
+    """The machine-readable summary line ``<side>: key=value ...`` of vs_benchmarl.py."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(side + ": frames_per_s_steady=")]
+    assert lines, stdout
+    return {k: float(v) for k, v in (kv.split("=") for kv in lines[-1].split()[1:])}
+
+
+def test_vs_benchmarl_ours_only_quick():
+    out = _run("vs_benchmarl.py", "--quick", "--ours-only", "--threads", "1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "clip_grad_val=5" in out.stdout and "WARNING" not in out.stdout, out.stdout
+    ours = _summary(out.stdout, "ours")
+    for key in ("frames_per_s_steady", "frames_per_s_run", "frames_per_s_proc", "iter_s", "collect_s", "update_s",
+                "proc_wall_s", "peak_rss_mib"):
+        assert ours[key] > 0, (key, out.stdout)
+    assert "ratio ours/benchmarl" not in out.stdout
+
+
+FAKE_BENCHMARL = r"""#!/usr/bin/env bash
+# stands in for benchmarl_baseline.sh: BenchMARL's CSV timers and last line
+set -euo pipefail
+while [ $# -gt 0 ]; do case "$1" in --out) out="$2"; shift 2;; --frames) frames="$2"; shift 2;; *) shift;; esac; done
+d="$out/exp/exp/scalars"; mkdir -p "$d"
+printf '0,5.0\n1,1.0\n' > "$d/timers_iteration_time.csv"
+printf '0,4.0\n1,0.75\n' > "$d/timers_collection_time.csv"
+printf '0,1.0\n1,0.25\n' > "$d/timers_training_time.csv"
+echo "some BenchMARL chatter"
+echo "benchmarl task=navigation frames=$frames wall_s=6.0 frames_per_s=200 final_mean_return=-0.5"
+"""
+
+
+def test_vs_benchmarl_parses_benchmarl_output(tmp_path):
+    fake = tmp_path / "fake_benchmarl.sh"
+    fake.write_text(FAKE_BENCHMARL)
+    out = _run("vs_benchmarl.py", "--quick", "--threads", "1", "--benchmarl-script", str(fake))
+    assert out.returncode == 0, out.stderr[-3000:]
+    bm = _summary(out.stdout, "benchmarl")
+    # steady state = the iterations after the first: 600 frames per iteration / 1.0 s
+    assert bm["iter_s"] == 1.0 and bm["collect_s"] == 0.75 and bm["update_s"] == 0.25, out.stdout
+    assert bm["frames_per_s_steady"] == 600 and bm["frames_per_s_run"] == 200, out.stdout
+    assert bm["peak_rss_mib"] > 0
+    m = re.search(r"ratio ours/benchmarl frames/s: steady=([0-9.]+)x run=([0-9.]+)x proc=([0-9.]+)x", out.stdout)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout  # (the fake's proc wall is ~0)
+
+
+def test_large_batch_quick():
+    out = _run("large_batch.py", "--quick", "--threads", "1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    fps = re.search(r"^frames/s (\d+)\s+\(collect only (\d+)\)", out.stdout, re.M)
+    split = re.search(r"^split collect/update (\d+)/(\d+)", out.stdout, re.M)
+    rss = re.search(r"^peak RSS (\d+) MiB", out.stdout, re.M)
+    assert fps and split and rss, out.stdout
+    assert int(fps.group(1)) > 0 and int(fps.group(2)) > 0 and int(rss.group(1)) > 0
+    assert 95 <= int(split.group(1)) + int(split.group(2)) <= 105
+    assert "devices: batch, parameters and Adam state all on cpu" in out.stdout
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message without CUDA")
+def test_cuda_vmas_fails_fast_without_cuda():
+    out = _run("cuda_vmas.py", timeout=60)
+    assert out.returncode == 2
+    assert "CUDA is not available" in out.stderr
