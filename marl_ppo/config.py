@@ -38,12 +38,14 @@ class EnvConfig:
     """Which environment to train in.
 
     Attributes:
-        kind: ``vmas`` or ``pettingzoo`` (MPE tasks from ``mpe2``).
-        scenario: VMAS scenario name (``navigation``) or PettingZoo MPE task (``simple_spread_v3``).
+        kind: ``vmas`` or ``pettingzoo`` (MPE tasks from ``mpe2``, classic games from ``pettingzoo.classic``).
+        scenario: VMAS scenario name (``navigation``), PettingZoo MPE task (``simple_spread_v3``) or
+            classic game (``tictactoe_v3``).
         num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
         parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
             instead of one after another in this process (``SerialEnv``); same seeds, same data.
-        max_steps: episode length cap (VMAS ``max_steps``, PettingZoo ``max_cycles``).
+        max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
+            games end on their own: there it is only the evaluation rollout's length).
         continuous_actions: continuous (box) or discrete actions.
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.

@@ -4,6 +4,16 @@ Adapters only describe: which env, which groups, which keys. Every env comes bac
 ``RewardSum`` transform that accumulates each group's raw reward into
 ``(group, "episode_reward")`` for reporting (training rewards come from the reward table).
 
+``env.kind=pettingzoo`` takes two families of tasks: MPE (``simple_spread_v3``, from ``mpe2``,
+parallel API) and classic turn-based games (``tictactoe_v3``, ``connect_four_v3``, from
+``pettingzoo.classic``, AEC API). A classic game is wrapped with torchrl's ``PettingZooWrapper``
+with ``use_mask=True``: ``(group, "mask")`` is ``True`` only for the agent whose turn it is (the
+PPO loss of every group is masked with it) and ``(group, "action_mask")`` holds the legal moves
+the policy must respect. Its board observation is flattened to one float vector per agent
+(``[*B, n_agents, obs_dim]``, see :class:`FlatObservation`). By default each player is its own
+group (torchrl's default for AEC envs); ``env.kwargs.group_map: all_in_one_group`` puts both
+players in one group ``agents`` with one shared policy (self-play).
+
 >>> from marl_ppo.config import EnvConfig
 >>> env = make_env(EnvConfig(scenario="navigation", num_envs=2, kwargs={"n_agents": 2}), seed=0)
 >>> env.group_map
@@ -15,15 +25,18 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 from functools import partial
 
 import torch
-from torchrl.envs import EnvBase, ParallelEnv, RewardSum, SerialEnv, TransformedEnv
+from tensordict import TensorDictBase, is_tensor_collection
+from torchrl.data import Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase, ParallelEnv, RewardSum, SerialEnv, Transform, TransformedEnv
 
 from marl_ppo.config import ConfigError, EnvConfig
 from marl_ppo.groups import group_map
 
-__all__ = ["make_env", "vmas_scenarios", "mpe_tasks"]
+__all__ = ["make_env", "vmas_scenarios", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "FlatObservation"]
 
 
 def vmas_scenarios() -> list[str]:
@@ -42,10 +55,35 @@ def mpe_tasks() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__) if m.name.startswith("simple"))
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> ConfigError:
+def classic_tasks() -> list[str]:
+    """PettingZoo classic (turn-based) games, e.g. ``tictactoe_v3``, ``connect_four_v3``.
+
+    Named like the MPE tasks (``<name>_v<version>``), read from PettingZoo's registry
+    (``classic/tictactoe-v3``). Lists every classic game, including those that need a package
+    marl_ppo does not install (``chess_v6``: chess; the poker games: rlcard; ``hanabi_v5``:
+    open_spiel); building one of those fails with a :class:`ConfigError` naming what is missing.
+    ``tictactoe_v3``, ``connect_four_v3``, ``go_v5`` and ``rps_v2`` need nothing more.
+    """
+    import pettingzoo
+
+    return sorted(
+        f"{spec.name}_v{spec.version}" for spec in pettingzoo.aec_registry.values() if spec.namespace == "classic"
+    )
+
+
+def pettingzoo_tasks() -> list[str]:
+    """Every task ``env.kind=pettingzoo`` accepts: :func:`mpe_tasks` and :func:`classic_tasks`."""
+    return mpe_tasks() + classic_tasks()
+
+
+def _unknown(kind: str, name: str, known: list[str], families: dict[str, list[str]] | None = None) -> ConfigError:
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {close}?" if close else ""
-    return ConfigError(f"unknown {kind} {name!r}{hint} (available: {', '.join(known)})")
+    if families:
+        listing = "; ".join(f"{family}: {', '.join(names)}" for family, names in families.items())
+    else:
+        listing = ", ".join(known)
+    return ConfigError(f"unknown {kind} {name!r}{hint} (available: {listing})")
 
 
 def make_env(cfg: EnvConfig, *, seed: int = 0, device: str | torch.device | None = None,
@@ -95,15 +133,145 @@ def _pettingzoo_env(task: str, max_steps: int, continuous: bool, kwargs: dict, s
     )
 
 
+_CLASSIC_GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
+
+
+def _classic_id(task: str) -> str:
+    """``tictactoe_v3`` -> PettingZoo's registry id ``classic/tictactoe-v3``."""
+    name, _, version = task.rpartition("_v")
+    return f"classic/{name}-v{version}"
+
+
+def _missing_dependency(task: str, err: BaseException) -> ConfigError:
+    return ConfigError(
+        f"PettingZoo classic task {task!r} needs a package that is not installed ({err}); "
+        "tictactoe_v3, connect_four_v3, go_v5 and rps_v2 need nothing more"
+    )
+
+
+def _check_classic_imports(task: str) -> None:
+    """Imports the game's module, so that a missing dependency fails here and not in a worker."""
+    import pettingzoo
+
+    module = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise _missing_dependency(task, err) from err
+
+
+def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> EnvBase:
+    """One classic game, AEC API, wrapped so that non-acting agents are masked out."""
+    import pettingzoo
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+    from torchrl.envs.utils import MarlGroupMapType
+
+    try:
+        game = pettingzoo.make("aec", _classic_id(task), **kwargs)  # turn-based: no max_cycles/continuous_actions
+    except ImportError as err:  # e.g. hanabi_v5 imports, then asks for open_spiel
+        raise _missing_dependency(task, err) from err
+    env = PettingZooWrapper(
+        game,
+        use_mask=True,  # compulsory for AEC envs: (group, "mask") is False for agents not acting
+        group_map=MarlGroupMapType[group_map_name.upper()],
+        seed=seed,
+        categorical_actions=True,
+    )
+    # flattened in each copy, so that a batched env (its shared buffers, its resets) sees one layout
+    return TransformedEnv(env, FlatObservation.for_env(env))
+
+
 def _make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
-    # torchrl's PettingZooEnv(task=...) imports the removed pettingzoo.mpe: build the mpe2 env ourselves.
-    if cfg.scenario not in mpe_tasks():
-        raise _unknown("PettingZoo MPE task", cfg.scenario, mpe_tasks())
-    make = partial(_pettingzoo_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, dict(cfg.kwargs))
+    mpe, classic = mpe_tasks(), classic_tasks()
+    kwargs = dict(cfg.kwargs)
+    if cfg.scenario in mpe:
+        # torchrl's PettingZooEnv(task=...) imports the removed pettingzoo.mpe: build the mpe2 env ourselves.
+        make = partial(_pettingzoo_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, kwargs)
+    elif cfg.scenario in classic:
+        group_map_name = kwargs.pop("group_map", "one_group_per_agent")
+        if group_map_name not in _CLASSIC_GROUP_MAPS:
+            raise ConfigError(
+                f"env.kwargs.group_map must be one of {list(_CLASSIC_GROUP_MAPS)}, got {group_map_name!r}"
+            )
+        _check_classic_imports(cfg.scenario)
+        make = partial(_classic_env, cfg.scenario, group_map_name, kwargs)
+    else:
+        raise _unknown("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
     fns = [partial(make, seed + i) for i in range(num_envs)]
     env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
     env.set_seed(seed)
     return env
+
+
+class FlatObservation(Transform):
+    """Each group's observation as one flat ``float32`` vector per agent: ``[*B, n_agents, obs_dim]``.
+
+    PettingZoo classic games observe a board (``tictactoe_v3``: ``int8`` ``[3, 3, 2]``) that
+    torchrl's wrapper nests under ``(group, "observation", "observation")`` once it has moved the
+    action mask out to ``(group, "action_mask")``. The policies read one flat float observation
+    per agent, so this writes ``(group, "observation")`` as the flattened board; a discrete
+    observation (``rps_v2``) becomes a one-hot vector.
+
+    Args:
+        groups: ``{group: n_categories}``, ``n_categories`` for a discrete observation, else ``None``.
+    """
+
+    def __init__(self, groups: dict[str, int | None]) -> None:
+        super().__init__(in_keys=[], out_keys=[])
+        self.groups = dict(groups)
+
+    @classmethod
+    def for_env(cls, env: EnvBase) -> "FlatObservation":
+        spec = env.full_observation_spec
+        groups = {}
+        for g in group_map(env):
+            leaf = _observation_leaf(spec[g, "observation"])
+            discrete = isinstance(leaf, Categorical) and leaf.shape == spec[g].shape
+            groups[g] = int(leaf.space.n) if discrete else None
+        return cls(groups)
+
+    def _flat(self, group: str, group_td: TensorDictBase) -> torch.Tensor:
+        obs = group_td.get("observation")
+        if is_tensor_collection(obs):
+            obs = obs.get("observation")
+        n_categories = self.groups[group]
+        if n_categories is not None:
+            return torch.nn.functional.one_hot(obs.long(), n_categories).to(torch.float32)
+        return obs.reshape(*obs.shape[:group_td.batch_dims], -1).to(torch.float32)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        flat = {g: self._flat(g, next_tensordict.get(g)) for g in self.groups}
+        # a new tensordict: the batched env's own buffers keep their nested observation
+        out = next_tensordict.exclude(*[(g, "observation") for g in self.groups])
+        for g, obs in flat.items():
+            out.set((g, "observation"), obs)
+        return out
+
+    forward = _call
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        for g, n_categories in self.groups.items():
+            group_spec = observation_spec[g]
+            leaf = _observation_leaf(group_spec["observation"])
+            batch = group_spec.shape  # [*B, n_agents]
+            dim = n_categories if n_categories is not None else math.prod(leaf.shape[len(batch):])
+            group_spec["observation"] = Unbounded(shape=(*batch, dim), dtype=torch.float32, device=leaf.device)
+        return observation_spec
+
+
+def _observation_leaf(spec):
+    """The one observation tensor spec under a group (torchrl nests a Dict observation's board)."""
+    if isinstance(spec, Composite):
+        leaves = list(spec.keys(True, True))
+        if leaves != ["observation"]:
+            raise NotImplementedError(
+                f"observation with several entries {leaves}: marl_ppo's policies read one observation per agent"
+            )
+        return spec["observation"]
+    return spec
 
 
 def _with_episode_returns(env: EnvBase) -> TransformedEnv:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from tensordict.utils import NestedKey
-from torchrl.data import Composite, TensorSpec
+from torchrl.data import Composite, OneHot, TensorSpec
 from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
 __all__ = ["GroupKeys", "GroupSpec", "group_map", "read_group_specs"]
@@ -170,6 +171,8 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
                 f"action keys are {list(act_spec.keys(True, True))}"
             )
         mask_key = (group, "action_mask") if "action_mask" in group_obs.keys() else None
+        if mask_key is not None:
+            _check_action_mask(group, obs_spec[mask_key], act_spec[action_key])
         reward_key = (group, "reward") if (group, "reward") in rew_spec.keys(True) else None
         done_keys = done_spec.keys(True)
         specs[group] = GroupSpec(
@@ -188,3 +191,17 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             ),
         )
     return specs
+
+
+def _check_action_mask(group: str, mask_spec: TensorSpec, action_spec: TensorSpec) -> None:
+    """A legal-action mask must be boolean with one entry per choice of the group's action."""
+    n_choices = action_spec.shape[-1] if isinstance(action_spec, OneHot) else getattr(
+        getattr(action_spec, "space", None), "n", None)
+    if isinstance(action_spec, Composite) or not isinstance(n_choices, int):
+        return  # composite or multi-discrete: refused by the policy builder, which says why
+    if mask_spec.dtype != torch.bool or mask_spec.shape[-1] != n_choices:
+        raise ValueError(
+            f"group {group!r}: action mask ({group}, 'action_mask') of shape {list(mask_spec.shape)} and dtype "
+            f"{mask_spec.dtype} does not match its action ({type(action_spec).__name__} of shape "
+            f"{list(action_spec.shape)}): expected a bool mask with one entry per choice"
+        )

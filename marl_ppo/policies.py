@@ -122,6 +122,12 @@ def action_heads(group: GroupSpec) -> list[Head]:
     masked = group.action_mask_key is not None
     if not isinstance(spec, Composite):
         return [_leaf_head((), spec, masked)]
+    if masked:
+        # a mask the policy cannot apply would let it sample illegal actions: refuse, don't ignore it
+        raise NotImplementedError(
+            f"group {group.name!r}: the env gives an action mask {group.action_mask_key} but the action is a "
+            f"composite of heads {list(spec.keys(True, True))}; action masks work on one categorical action"
+        )
     heads = []
     for key in spec.keys(include_nested=True, leaves_only=True):
         key = (key,) if isinstance(key, str) else tuple(key)

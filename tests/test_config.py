@@ -32,7 +32,7 @@ from marl_ppo.config import (
     load_config,
     to_yaml,
 )
-from marl_ppo.envs import mpe_tasks, vmas_scenarios
+from marl_ppo.envs import pettingzoo_tasks, vmas_scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_FILES = sorted((ROOT / "configs").glob("*.yaml"))
@@ -71,7 +71,7 @@ def test_config_file_loads_into_dataclasses(path):
         assert type(getattr(cfg, f)) is cls
     raw = yaml.safe_load(path.read_text())
     _assert_values_landed(raw, cfg, path.name)
-    known = vmas_scenarios() if cfg.env.kind == "vmas" else mpe_tasks()
+    known = vmas_scenarios() if cfg.env.kind == "vmas" else pettingzoo_tasks()
     assert cfg.env.scenario in known
     assert cfg.train.iterations >= 1
 
