@@ -28,14 +28,6 @@ from marl_ppo.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fresh_run_dir(out: str | Path, name: str) -> Path:
-    """``out/name``, or ``out/name-2``, ``-3``... if taken: a run's CSV logs append, so never reuse a directory."""
-    path, i = Path(out) / name, 2
-    while path.exists():
-        path, i = Path(out) / f"{name}-{i}", i + 1
-    return path
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: smoke-test sizes")
@@ -66,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"train.seed={args.seed}", "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false",
         f"log.root={args.out}", "log.name=simple_reference-hybrid-comm",
     ])
-    trainer = Trainer(cfg, run_dir=fresh_run_dir(args.out, cfg.run_name()))
+    trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     for g, spec in trainer.parts.groups.items():
         heads = trainer.parts.router.heads[g]
         print(f"group {g!r}: {spec.n_agents} agents, action heads "

@@ -28,14 +28,6 @@ from marl_ppo.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fresh_run_dir(out: str | Path, name: str) -> Path:
-    """``out/name``, or ``out/name-2``, ``-3``... if taken: a run's CSV logs append, so never reuse a directory."""
-    path, i = Path(out) / name, 2
-    while path.exists():
-        path, i = Path(out) / f"{name}-{i}", i + 1
-    return path
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: smoke-test sizes")
@@ -62,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     ] + list(args.set))
     print(f"env: {cfg.env.kind} {cfg.env.scenario} x{cfg.env.num_envs} (max_steps {cfg.env.max_steps}, "
           f"kwargs {dict(cfg.env.kwargs)}), algorithm {cfg.loss.algorithm}")
-    trainer = Trainer(cfg, run_dir=fresh_run_dir(args.out, cfg.run_name()))
+    trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     print("groups:", {g: list(s.agents) for g, s in trainer.parts.groups.items()})
     print(trainer.parts.reward_table)
     print(f"{cfg.train.iterations} iterations of {cfg.train.frames_per_batch} frames")

@@ -34,14 +34,6 @@ from marl_ppo.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fresh_run_dir(out: str | Path, name: str) -> Path:
-    """``out/name``, or ``out/name-2``, ``-3``... if taken: a run's CSV logs append, so never reuse a directory."""
-    path, i = Path(out) / name, 2
-    while path.exists():
-        path, i = Path(out) / f"{name}-{i}", i + 1
-    return path
-
-
 def reward_table(zero_sum_weight: float) -> RewardTable:
     return RewardTable(
         {
@@ -83,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     # The config's reward table is the dict form of the Python one (what configs/*.yaml hold).
     cfg.reward_table = reward_table(args.zero_sum_weight).to_dict()
 
-    trainer = Trainer(cfg, run_dir=fresh_run_dir(args.out, cfg.run_name()))
+    trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     print(trainer.parts.reward_table)  # the resolved table: agents per group, terms, done sources
     print()
     print("groups:", {g: s.n_agents for g, s in trainer.parts.groups.items()},

@@ -152,14 +152,15 @@ def ppo_update(
                 raise TrainingError(_non_finite_message(losses))
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])
-            logged.append(losses)
+            # detached: a kept loss would keep its step's autograd graph alive (GBs over an update)
+            logged.append(losses.detach())
         if not check_each_step:
             epoch = logged[-n_minibatches:]
             finite = torch.isfinite(torch.stack([losses.get("loss") for losses in epoch]))
             if not finite.all():
                 raise TrainingError(_non_finite_message(epoch[int((~finite).nonzero()[0])]))
     # one stack and mean at the end instead of tensordict arithmetic per minibatch
-    return torch.stack(logged).detach().mean(0)
+    return torch.stack(logged).mean(0)
 
 
 def _non_finite_message(losses: TensorDictBase) -> str:
