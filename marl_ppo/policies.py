@@ -143,6 +143,14 @@ class SharedAgentMLP(nn.Module):
     into an empty network on every call, about 0.5 ms per minibatch on CPU, which is on the hot path
     of the update. ``centralized=True`` reads all the group's observations and gives every agent
     the same output.
+
+    >>> import torch
+    >>> net = SharedAgentMLP(4, 2, n_agents=3, centralized=False, hidden=(8,), activation_class=torch.nn.Tanh)
+    >>> net(torch.zeros(5, 3, 4)).shape
+    torch.Size([5, 3, 2])
+    >>> critic = SharedAgentMLP(4, 1, n_agents=3, centralized=True, hidden=(8,), activation_class=torch.nn.Tanh)
+    >>> v = critic(torch.randn(5, 3, 4)); v.shape, bool((v == v[:, :1]).all())
+    (torch.Size([5, 3, 1]), True)
     """
 
     def __init__(self, n_agent_inputs: int, n_agent_outputs: int, n_agents: int, *, centralized: bool,
