@@ -109,6 +109,8 @@ class LossConfig:
         lmbda: GAE lambda.
         normalize_advantage: standardise advantages per minibatch (agent dim kept apart).
         group_weights: per-group weight in the aggregated loss (default 1).
+        bundle_groups: run groups with identical specs through one loss call (same losses,
+            diagnostics and gradients; much less fixed cost per group).
     """
 
     algorithm: str = "mappo"
@@ -123,6 +125,7 @@ class LossConfig:
     lmbda: float = 0.9
     normalize_advantage: bool = False
     group_weights: dict[str, float] = field(default_factory=dict)
+    bundle_groups: bool = True
 
     def __post_init__(self) -> None:
         _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))

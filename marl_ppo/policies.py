@@ -58,7 +58,7 @@ from torchrl.modules.distributions import (
 from marl_ppo.distributions import MultiCategorical, StableTanhNormal
 from marl_ppo.groups import GroupSpec
 
-__all__ = ["Head", "action_heads", "build_actor", "build_critic"]
+__all__ = ["Head", "action_heads", "build_actor", "build_critic", "group_network"]
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -234,6 +234,7 @@ def build_actor(
     hidden: Sequence[int] = (256, 256),
     activation: str = "tanh",
     device: torch.device | str | None = None,
+    net: nn.Module | None = None,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
 
@@ -243,12 +244,16 @@ def build_actor(
     The policy samples its actions unless told otherwise (``set_exploration_type(DETERMINISTIC)``
     gives the mode): torchrl's default outside a collector would be the mode, and PPO trained on
     rollouts of the mode silently stops exploring.
+
+    ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
+    network arguments are then unused.
     """
     heads = action_heads(group)
     g = group.name
     n_out = sum(h.n_params for h in heads)
-    net = _mlp(group, n_out, centralized=False, share_params=share_params,
-               hidden=hidden, activation=activation, device=device)
+    if net is None:
+        net = _mlp(group, n_out, centralized=False, share_params=share_params,
+                   hidden=hidden, activation=activation, device=device)
     obs_key = group.observation_keys[0]
     if not group.is_composite_action:
         head = heads[0]
@@ -323,12 +328,25 @@ def build_critic(
     hidden: Sequence[int] = (256, 256),
     activation: str = "tanh",
     device: torch.device | str | None = None,
+    net: nn.Module | None = None,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
 
     ``centralized=True`` is MAPPO's critic (each agent's value sees all the group's observations);
-    ``False`` is IPPO's (each agent's value sees its own).
+    ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP.
     """
-    net = _mlp(group, 1, centralized=centralized, share_params=share_params,
-               hidden=hidden, activation=activation, device=device)
+    if net is None:
+        net = _mlp(group, 1, centralized=centralized, share_params=share_params,
+                   hidden=hidden, activation=activation, device=device)
     return TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+
+
+def group_network(module: nn.Module) -> nn.Module | None:
+    """The agent MLP inside an actor or critic built by :func:`build_actor` / :func:`build_critic`,
+    ``None`` for any other module (the router then never bundles its group)."""
+    if isinstance(module, ProbabilisticActor):
+        module = module.module[0]
+    inner = getattr(module, "module", None)
+    if isinstance(inner, nn.Sequential) and isinstance(inner[-1], (NormalParamExtractor, _SplitHeads)):
+        inner = inner[0]
+    return inner if isinstance(inner, (SharedAgentMLP, MultiAgentMLP)) else None

@@ -28,7 +28,8 @@ torch.Size([4, 8, 3, 1])
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Literal
 
 import torch
@@ -38,8 +39,9 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
+from marl_ppo.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.groups import GroupSpec
-from marl_ppo.policies import Head, TensorOutModule, action_heads, build_actor, build_critic
+from marl_ppo.policies import Head, TensorOutModule, action_heads, build_actor, build_critic, group_network
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
@@ -57,12 +59,26 @@ class _PerHeadLoss:
     _recorded_log_prob = None
     _entropy_heads: dict = {}
     _entropy_trained = True  # False when every head's coefficient is 0: the entropy is only logged
+    # A bundle's loss (reduction="none") also records the per-element log-weight, approximate KL
+    # and entropy, from which the bundle reduces each group's diagnostics.
+    _record_elements = False
+    _recorded_log_weight = _recorded_kl = _recorded_entropy = None
 
     def _get_entropy(self, dist, adv_shape):
         if self._entropy_trained:
-            return super()._get_entropy(dist, adv_shape)
-        with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
-            return super()._get_entropy(dist, adv_shape)
+            entropy = super()._get_entropy(dist, adv_shape)
+        else:
+            with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
+                entropy = super()._get_entropy(dist, adv_shape)
+        if self._record_elements:
+            self._recorded_entropy = entropy
+        return entropy
+
+    def _log_weight(self, tensordict, adv_shape):
+        out = super()._log_weight(tensordict, adv_shape)
+        if self._record_elements:
+            self._recorded_log_weight, self._recorded_kl = out[0], out[2]
+        return out
 
     def _get_cur_log_prob(self, tensordict, params=None):
         log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
@@ -104,6 +120,11 @@ class GroupRouter(nn.Module):
         clip_epsilon, critic_coeff, loss_critic_type, normalize_advantage, clip_value:
             forwarded to every group's loss.
         gamma, lmbda: ``MultiAgentGAE`` parameters.
+        bundle_groups: run groups with identical specs through one loss call (see
+            :mod:`marl_ppo.bundles`): the same losses, diagnostics and gradients, without each
+            group's fixed per-call cost. Groups whose actor or critic was not built by
+            :func:`~marl_ppo.policies.build_actor` / :func:`~marl_ppo.policies.build_critic`, and
+            every group when ``clip_value`` is set, keep their own call.
     """
 
     def __init__(
@@ -122,6 +143,7 @@ class GroupRouter(nn.Module):
         clip_value: float | None = None,
         gamma: float = 0.99,
         lmbda: float = 0.9,
+        bundle_groups: bool = True,
     ) -> None:
         super().__init__()
         if algorithm not in _LOSSES:
@@ -135,48 +157,87 @@ class GroupRouter(nn.Module):
         self.clip_epsilon = clip_epsilon
         self.heads = {g: action_heads(spec) for g, spec in self.groups.items()}
         head_coeffs = _head_coefficients(self.heads, float(entropy_coeff), dict(head_entropy_coeff or {}))
+        self._loss_kwargs = dict(
+            clip_epsilon=clip_epsilon,
+            entropy_coeff=float(entropy_coeff),
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            clip_value=clip_value,
+            functional=False,
+        )
+        if algorithm == "clip_ppo":
+            self._loss_kwargs["normalize_advantage_exclude_dims"] = (-2,)
         self.losses = nn.ModuleDict()
         for g, spec in self.groups.items():
-            kwargs = dict(
-                clip_epsilon=clip_epsilon,
-                entropy_coeff=float(entropy_coeff),
-                critic_coeff=critic_coeff,
-                loss_critic_type=loss_critic_type,
-                normalize_advantage=normalize_advantage,
-                clip_value=clip_value,
-                functional=False,
-            )
-            if algorithm == "clip_ppo":
-                kwargs["normalize_advantage_exclude_dims"] = (-2,)
-            loss = _LOSSES[algorithm](actors[g], _on_group_keys(critics[g], spec), **kwargs)
-            keys = spec.keys
-            loss.set_keys(
-                value=keys.value,
-                advantage=keys.advantage,
-                value_target=keys.value_target,
-                reward=keys.reward,
-                done=keys.done,
-                terminated=keys.terminated,
-            )
-            if not spec.is_composite_action:
-                loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
-            # head entropy coefficients, in the order of the loss's *_entropy keys
-            loss.register_buffer("head_entropy_coeffs", torch.tensor(head_coeffs[g], dtype=torch.float32))
-            loss.register_buffer("base_head_entropy_coeffs", loss.head_entropy_coeffs.clone())
-            loss._entropy_trained = any(c != 0.0 for c in head_coeffs[g])
-            if spec.is_composite_action:
-                loss._entropy_heads = {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(self.heads[g])}
-            else:
-                loss.entropy_coeff.fill_(head_coeffs[g][0])
-            loss.loss_mask_key = keys.mask
+            loss = self._make_loss(spec, actors[g], _on_group_keys(critics[g], spec), head_coeffs[g])
             loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
             self.losses[g] = loss
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups])
         self._reads_own_group_only = {g: _reads_own_group_only(spec) for g, spec in self.groups.items()}
+        # Not registered as submodules: a bundle holds no parameters of its own, and the router's
+        # state_dict stays the groups' (see _apply for devices).
+        self._bundles: list[GroupBundle] = []
+        if bundle_groups and clip_value is None:  # value clipping's fraction is not split per group
+            members = find_bundles(self.groups, actors, critics, head_coeffs, self._reads_own_group_only.get)
+            for i, names in enumerate(members):
+                self._bundles.append(self._make_bundle(f"__bundle{i}__", names, actors, critics, head_coeffs))
+        self._bundled = {g: b for b in self._bundles for g in b.groups}
+
+    def _make_loss(self, spec: GroupSpec, actor, critic, coeffs: list[float], **extra) -> nn.Module:
+        """One group's torchrl PPO loss, on the group's keys, with its heads' entropy coefficients."""
+        loss = _LOSSES[self.algorithm](actor, critic, **self._loss_kwargs, **extra)
+        keys = spec.keys
+        loss.set_keys(
+            value=keys.value,
+            advantage=keys.advantage,
+            value_target=keys.value_target,
+            reward=keys.reward,
+            done=keys.done,
+            terminated=keys.terminated,
+        )
+        if not spec.is_composite_action:
+            loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
+        # head entropy coefficients, in the order of the loss's *_entropy keys
+        loss.register_buffer("head_entropy_coeffs", torch.tensor(coeffs, dtype=torch.float32))
+        loss.register_buffer("base_head_entropy_coeffs", loss.head_entropy_coeffs.clone())
+        loss._entropy_trained = any(c != 0.0 for c in coeffs)
+        if spec.is_composite_action:
+            heads = action_heads(spec)
+            loss._entropy_heads = {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(heads)}
+        else:
+            loss.entropy_coeff.fill_(coeffs[0])
+        loss.loss_mask_key = keys.mask
+        return loss
+
+    def _make_bundle(self, name: str, members: list[str], actors, critics, head_coeffs) -> GroupBundle:
+        """One loss call for ``members`` (groups with equal signatures, see :mod:`marl_ppo.bundles`)."""
+        specs = [self.groups[g] for g in members]
+        spec = bundle_spec(name, specs)
+        n = specs[0].n_agents
+        actor = build_actor(spec, net=GroupBatchNet([group_network(actors[g]) for g in members], n))
+        critic = TensorOutModule(GroupBatchNet([group_network(critics[g]) for g in members], n),
+                                 in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
+        loss = self._make_loss(spec, actor, critic, head_coeffs[members[0]], reduction="none")
+        loss._record_elements = True
+        diagnostics = partial(_per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
+        return GroupBundle(spec, members, loss, diagnostics)
+
+    @property
+    def bundles(self) -> list[tuple[str, ...]]:
+        """The groups whose losses run as one call (identical specs), e.g. ``[("g0", "g1", "g2")]``."""
+        return [b.groups for b in self._bundles]
+
+    def _apply(self, fn, recurse=True):
+        # .to() / .cuda() / .double(): the bundles' own buffers (clip bounds, coefficients) follow
+        super()._apply(fn, recurse)
+        for bundle in self._bundles:
+            bundle.loss._apply(fn)  # LossModule._apply takes no recurse flag
+        return self
 
     def set_entropy_scale(self, scale: float) -> None:
         """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""
-        for loss in self.losses.values():
+        for loss in [*self.losses.values(), *(b.loss for b in self._bundles)]:
             loss.head_entropy_coeffs.copy_(loss.base_head_entropy_coeffs * scale)
             loss.entropy_coeff.copy_(loss.base_head_entropy_coeffs[0] * scale)
 
@@ -249,6 +310,8 @@ class GroupRouter(nn.Module):
                     "on the full rollout before splitting it into minibatches"
                 )
             self._check_trailing_one(td, g, keys.advantage, "advantage")
+            if g in self._bundled:
+                continue
             # the loss clones what it is given: give it its own group's entries, not every group's
             sub = td.select(g) if self._reads_own_group_only[g] else td
             if keys.mask is not None and loss.normalize_advantage and keys.mask in td.keys(include_nested=True):
@@ -258,31 +321,40 @@ class GroupRouter(nn.Module):
                 sub.set("shifted_valid", td.get(keys.mask))
             loss_td = loss(sub)
             if self.groups[g].is_composite_action:
-                self._head_diagnostics(g, loss, td, loss_td)
+                new_lp, loss._recorded_log_prob = loss._recorded_log_prob, None
+                entropy = loss_td.pop("composite_entropy", None)
+                for name, value in _per_head_diagnostics(
+                    self.heads[g], self.clip_epsilon, keys.action, new_lp, td, entropy, torch.mean
+                ).items():
+                    loss_td.set(name, value)
             out[g] = _scalar_diagnostics(loss_td)
-        return TensorDict(out, batch_size=[])
+        for bundle in self._bundles:
+            out.update(bundle(td))
+        return TensorDict({g: out[g] for g in self.groups}, batch_size=[])
 
-    def _head_diagnostics(self, g: str, loss, td: TensorDictBase, loss_td: TensorDictBase) -> None:
-        """Per head: entropy, mean log-ratio, approximate KL (k3) and the fraction of samples whose
-        own ratio leaves the clip range, beside torchrl's joint ``clip_fraction``."""
-        action_key = self.groups[g].keys.action
-        entropy = loss_td.pop("composite_entropy", None)
-        new_lp = loss._recorded_log_prob
-        loss._recorded_log_prob = None
-        low, high = math.log1p(-self.clip_epsilon), math.log1p(self.clip_epsilon)
-        for head in self.heads[g]:
+
+def _per_head_diagnostics(
+    heads: list[Head], clip_epsilon: float, action_key: tuple, new_lp: TensorDictBase, td: TensorDictBase,
+    entropy: TensorDictBase | None, reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> dict[tuple, torch.Tensor]:
+    """Per head: entropy, mean log-ratio, approximate KL (k3) and the fraction of samples whose
+    own ratio leaves the clip range, beside torchrl's joint ``clip_fraction``.
+
+    ``reduce`` maps a per-element tensor to the logged value: a mean for one group, one mean per
+    group for a bundle.
+    """
+    low, high = math.log1p(-clip_epsilon), math.log1p(clip_epsilon)
+    diag = {}
+    with torch.no_grad():
+        for head in heads:
             lp_key = _head_key(action_key, head, "_log_prob")
-            with torch.no_grad():
-                log_ratio = new_lp.get(lp_key).detach() - td.get(lp_key)
-                diag = {
-                    "log_ratio": log_ratio.mean(),
-                    "kl_approx": (log_ratio.exp() - 1 - log_ratio).mean(),
-                    "clip_fraction": ((log_ratio < low) | (log_ratio > high)).float().mean(),
-                }
-                if entropy is not None:
-                    diag["entropy"] = entropy.get(_head_key(action_key, head, "_entropy")).mean()
-            for name, value in diag.items():
-                loss_td.set(head.name + (name,), value)
+            log_ratio = new_lp.get(lp_key).detach() - td.get(lp_key)
+            diag[head.name + ("log_ratio",)] = reduce(log_ratio)
+            diag[head.name + ("kl_approx",)] = reduce(log_ratio.exp() - 1 - log_ratio)
+            diag[head.name + ("clip_fraction",)] = reduce(((log_ratio < low) | (log_ratio > high)).float())
+            if entropy is not None:
+                diag[head.name + ("entropy",)] = reduce(entropy.get(_head_key(action_key, head, "_entropy")))
+    return diag
 
 
 def _mask_padding(td: TensorDictBase, keys) -> None:

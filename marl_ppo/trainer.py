@@ -89,6 +89,7 @@ def build(cfg: Config) -> Parts:
         normalize_advantage=cfg.loss.normalize_advantage,
         gamma=cfg.loss.gamma,
         lmbda=cfg.loss.lmbda,
+        bundle_groups=cfg.loss.bundle_groups,
     )
     unknown = set(cfg.loss.group_weights) - set(groups)
     if unknown:
