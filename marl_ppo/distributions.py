@@ -57,7 +57,12 @@ class StableTanhNormal(TanhNormal):
         normal = self.root_dist
         half_range = ((self.high - self.low) / 2).to(value.dtype)
         mid = ((self.high + self.low) / 2).to(value.dtype)
-        x = safeatanh_noeps((value - mid) / half_range)
+        y = (value - mid) / half_range
+        if y.requires_grad:  # torchrl's custom backward: a gradient at the clamped boundary too
+            x = safeatanh_noeps(y)
+        else:  # an action from the data (PPO): the same values without an autograd.Function call
+            lim = 1.0 - torch.finfo(y.dtype).resolution  # safeatanh_noeps's clamp
+            x = y.clamp(-lim, lim).atanh()
         per_dim = normal.log_prob(x) - _log1m_tanh_sq(x) - torch.log(half_range)
         if self._event_dims:
             per_dim = per_dim.flatten(-self._event_dims).sum(-1)

@@ -55,12 +55,14 @@ from torchrl.modules.distributions import (
     OneHotCategorical,
 )
 
+from marl_ppo.activations import Tanh
 from marl_ppo.distributions import MultiCategorical, StableTanhNormal
 from marl_ppo.groups import GroupSpec
 
 __all__ = ["Head", "action_heads", "build_actor", "build_critic", "group_network"]
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
+# Tanh: nn.Tanh that stays on ATen's kernel under torch.compile (see marl_ppo.activations)
+_ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 
 @dataclass(frozen=True)

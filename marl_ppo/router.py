@@ -257,7 +257,9 @@ class GroupRouter(nn.Module):
         net = dict(share_params=share_params, hidden=hidden, activation=activation, device=device)
         actors = {g: build_actor(s, **net) for g, s in groups.items()}
         critics = {g: build_critic(s, centralized=algorithm == "mappo", **net) for g, s in groups.items()}
-        return cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
+        router = cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
+        # the losses' own buffers (clip bounds, coefficients) join the networks on the device
+        return router if device is None else router.to(device)
 
     # -- advantages ---------------------------------------------------------------------
 

@@ -91,6 +91,10 @@ def build(cfg: Config) -> Parts:
         lmbda=cfg.loss.lmbda,
         bundle_groups=cfg.loss.bundle_groups,
     )
+    if cfg.train.compile:
+        # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
+        # collection is not compiled, only the update's loss computation
+        router.compile(dynamic=False)
     unknown = set(cfg.loss.group_weights) - set(groups)
     if unknown:
         raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(groups)}")

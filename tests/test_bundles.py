@@ -52,7 +52,7 @@ def hybrid(n: int) -> Composite:
     )
 
 
-def synthetic_batch(groups: dict[str, GroupSpec], router: GroupRouter) -> TensorDict:
+def synthetic_batch(groups: dict[str, GroupSpec], router: GroupRouter, device: str = "cpu") -> TensorDict:
     """A [B, T] rollout-shaped batch with routed training rewards, episodes ending at T/2 and T."""
     root, nxt = {}, {}
     done = torch.zeros(B, T, dtype=torch.bool)
@@ -64,7 +64,7 @@ def synthetic_batch(groups: dict[str, GroupSpec], router: GroupRouter) -> Tensor
         root[g] = TensorDict({"observation": seq[:, :-1]}, [B, T, n])
         nxt[g] = TensorDict({"observation": seq[:, 1:], "train_reward": torch.randn(B, T, n, 1),
                              "train_done": d, "train_terminated": d.clone()}, [B, T, n])
-    td = TensorDict({**root, "next": TensorDict(nxt, [B, T])}, [B, T])
+    td = TensorDict({**root, "next": TensorDict(nxt, [B, T])}, [B, T]).to(device)
     with torch.no_grad():
         router.policy(td)
     return td
@@ -92,12 +92,13 @@ def move_policies(*routers: GroupRouter, scale: float = 0.3) -> None:
     params = [list(r.parameters()) for r in routers]
     with torch.no_grad():
         for ps in zip(*params):
-            noise = torch.randn(ps[0].shape, generator=gen) * scale / ps[0].shape[-1] ** 0.5
+            noise = (torch.randn(ps[0].shape, generator=gen) * scale / ps[0].shape[-1] ** 0.5).to(ps[0].device)
             for p in ps:
                 p.add_(noise)
 
 
-def assert_same_update(plain: GroupRouter, bundled: GroupRouter, batch: TensorDict, expect_bundle) -> None:
+def assert_same_update(plain: GroupRouter, bundled: GroupRouter, batch: TensorDict, expect_bundle,
+                       tol: float = 1e-5) -> None:
     assert bundled.bundles == expect_bundle and plain.bundles == []
     plain.compute_advantages(batch)
     flat = batch.select(*_update_keys(plain)).reshape(-1)
@@ -112,7 +113,7 @@ def assert_same_update(plain: GroupRouter, bundled: GroupRouter, batch: TensorDi
             a, b = out_plain[g].get(name), out_bundled[g].get(name)
             assert a.shape == b.shape == torch.Size([]), (g, name)
             assert a.requires_grad == b.requires_grad, (g, name)
-            assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{g}/{name}")
+            assert_close(b, a, rtol=tol, atol=tol / 10, msg=f"{g}/{name}")
         clipped += float(out_plain[g, "clip_fraction"])
     assert clipped > 0, "the policies moved too little: no ratio was clipped, the check is too easy"
     first, second = list(plain.groups)[:2]
@@ -124,7 +125,7 @@ def assert_same_update(plain: GroupRouter, bundled: GroupRouter, batch: TensorDi
     for (name, p), (_, q) in zip(plain.named_parameters(), bundled.named_parameters()):
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
-            assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-7, msg=name)
+            assert_close(q.grad, p.grad, rtol=tol, atol=tol / 100, msg=name)
             with_grad += 1
     assert with_grad == len(list(plain.parameters()))
 
@@ -160,6 +161,16 @@ def test_turn_based_game_with_masks(normalize):
     env.close()
     assert (~batch["player_1", "mask"]).any() and (~batch["player_2", "mask"]).any()
     assert_same_update(plain, bundled, batch, [("player_1", "player_2")])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bundles_on_cuda():
+    groups = {g: spec(g, 2, hybrid) for g in ("x", "y", "z")}
+    plain, bundled = twin_routers(groups, algorithm="mappo", entropy_coeff=0.01, device="cuda")
+    loss = bundled._bundles[0].loss
+    assert all(b.device.type == "cuda" for b in loss.buffers())
+    # CUDA matmuls may pick different kernels for different shapes: a looser tolerance
+    assert_same_update(plain, bundled, synthetic_batch(groups, plain, "cuda"), [("x", "y", "z")], tol=1e-4)
 
 
 # -- which groups are bundled ------------------------------------------------------------------------

@@ -124,6 +124,20 @@ def test_closed_form_log_prob_and_its_gradient_match_torchrl_tanh_normal(low, hi
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
 
 
+def test_log_prob_of_a_reparameterised_sample_keeps_torchrls_gradient():
+    # a value with a gradient (rsample) goes through torchrl's safe atanh and its custom backward;
+    # a value from the data (PPO's actions) through a plain clamp + atanh with the same values
+    torch.manual_seed(0)
+    loc, scale = torch.randn(32, 2, requires_grad=True), (torch.rand(32, 2) + 0.1).requires_grad_()
+    ours, ref = StableTanhNormal(loc, scale), TanhNormal(loc, scale)
+    value = ref.rsample()
+    g_ours = torch.autograd.grad(ours.log_prob(value).sum(), (loc, scale), retain_graph=True)
+    g_theirs = torch.autograd.grad(ref.log_prob(value).sum(), (loc, scale))
+    for a, b in zip(g_ours, g_theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ours.log_prob(value.detach()), ours.log_prob(value).detach())
+
+
 def test_multicategorical_log_prob_is_sum_of_categoricals():
     logits = torch.randn(6, 5, sum(NVEC))
     d = MultiCategorical(logits, NVEC)
