@@ -152,7 +152,7 @@ class GroupBundle:
             tensors to one value per group.
     """
 
-    def __init__(self, spec: GroupSpec, groups: Sequence[str], loss: nn.Module, head_diagnostics) -> None:
+    def __init__(self, spec: GroupSpec, groups: Sequence[str], loss: nn.Module, head_diagnostics: Callable) -> None:
         self.spec = spec
         self.name = spec.name
         self.groups = tuple(groups)

@@ -35,6 +35,7 @@ Run (minutes; use a quiet machine):
     .venv/bin/python examples/benchmarks/vs_benchmarl.py                     # 30 000 frames, 3 repeats
     .venv/bin/python examples/benchmarks/vs_benchmarl.py --threads 1 --frames 60000 --repeats 5
     .venv/bin/python examples/benchmarks/vs_benchmarl.py --quick --ours-only # smoke check, seconds
+    .venv/bin/python examples/benchmarks/vs_benchmarl.py --compile            # ours with train.compile=true
 
 ``--threads N`` sets ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` for both children (torch reads
 ``OMP_NUM_THREADS`` at import for its intra-op pool; BenchMARL's script takes no thread flag) and
@@ -141,6 +142,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="repeat i uses seed + i (the same for both)")
     p.add_argument("--threads", type=int, default=0,
                    help="OMP/MKL threads for both children, and torch.set_num_threads in ours (0: defaults)")
+    p.add_argument("--compile", action="store_true",
+                   help="ours with train.compile=true (its first iteration then includes compiling)")
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke check")
     p.add_argument("--ours-only", action="store_true", help="skip BenchMARL (no BenchMARL venv needed)")
     p.add_argument("--benchmarl-script", default=str(BENCHMARL_SH), help="path of benchmarl_baseline.sh")
@@ -266,7 +269,7 @@ def run_ours(args, seed: int, workdir: Path) -> dict:
     overrides = navigation_overrides(n_envs=args.n_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs,
                                      minibatch=args.minibatch, total_frames=args.frames, seed=seed) + [
         "log.eval_every=0", "log.eval_episodes=1", "log.checkpoint_every=0", "log.progress=false",
-        "log.plot=false", "log.loggers=[csv]",
+        "log.plot=false", "log.loggers=[csv]", f"train.compile={str(args.compile).lower()}",
     ]
     res = run_child([sys.executable, "-c", OURS_LAUNCHER, str(args.threads), str(run_dir), *overrides],
                     child_env(args.threads), ROOT, workdir)
@@ -350,7 +353,7 @@ def print_settings(args) -> None:
           f"minibatch={args.minibatch} n_envs={args.n_envs} evaluation=False (benchmarl_baseline.py)")
     print("  ours: " + " ".join(navigation_overrides(
         n_envs=args.n_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs, minibatch=args.minibatch,
-        total_frames=args.frames)))
+        total_frames=args.frames)) + f" train.compile={str(args.compile).lower()}")
     for d in DIFFERENCES:
         print(f"  differs: {d}")
     for m in mismatches:
