@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minibatch", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--compile", action="store_true", help="train.compile=true (torch.compile of the losses)")
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke check")
 
 
@@ -80,7 +81,7 @@ def fine_tuned_config(args, device: str) -> Config:
         n_envs=args.num_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs, minibatch=args.minibatch,
         total_frames=args.frames_per_batch * (args.iterations + 1), seed=args.seed, gamma=FINE_TUNED["gamma"],
         device=device,
-    ) + ["log.progress=false", "log.plot=false"])
+    ) + ["log.progress=false", "log.plot=false", f"train.compile={str(getattr(args, 'compile', False)).lower()}"])
 
 
 def off_device(parts: Parts, batch, device: str) -> tuple[list[str], list[str]]:
