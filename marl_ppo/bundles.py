@@ -133,6 +133,10 @@ def bundle_spec(name: str, specs: Sequence[GroupSpec]) -> GroupSpec:
     )
 
 
+def _unravel(key: tuple):
+    return key[0] if len(key) == 1 else key
+
+
 def _by_group(x: torch.Tensor, dim: int, k: int) -> torch.Tensor:
     """``[..., k * n (at dim), ...] -> [k, everything else]``."""
     dim = dim % x.ndim
@@ -160,18 +164,22 @@ class GroupBundle:
         self.loss = loss
         self._head_diagnostics = head_diagnostics
         keys = spec.keys
-        read = [spec.observation_keys[0], spec.action_mask_key, keys.mask, keys.action, keys.advantage,
-                keys.value_target]
+        read = [spec.observation_keys[0], spec.action_mask_key, keys.action, keys.advantage, keys.value_target]
         if not spec.is_composite_action:  # a composite action's log-probs sit beside its heads
             read.append(keys.log_prob)
         self._read = [k[1:] for k in read if k is not None]
+        # like a group's own loss (loss_mask_key), the bundle masks only when the mask is there
+        self._mask = None if keys.mask is None else _unravel(keys.mask[1:])
 
     def __call__(self, td: TensorDictBase) -> dict[str, TensorDictBase]:
         k, dim = len(self.groups), td.batch_dims
-        data = torch.cat([td.get(g).select(*self._read) for g in self.groups], dim=dim)
+        read = self._read
+        if self._mask is not None and all(self._mask in td.get(g).keys(include_nested=True) for g in self.groups):
+            read = [*read, self._mask]
+        data = torch.cat([td.get(g).select(*read) for g in self.groups], dim=dim)
         bundled = TensorDict({self.name: data}, batch_size=td.batch_size)
         mask = None
-        if self.spec.keys.mask is not None:
+        if read is not self._read:
             mask = bundled.get(self.spec.keys.mask)
             if self.loss.normalize_advantage:  # as the router does for one group
                 bundled.set("shifted_valid", mask)
