@@ -87,3 +87,22 @@ def test_scenario_trains_one_iteration(scenario, actions, base_yaml, tmp_path):
     for k, v in state["router"].items():
         if v.is_floating_point():
             assert torch.isfinite(v).all(), f"{scenario}: parameter {k} is not finite after one update"
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_vmas_wrapper_holds_the_attributes_its_step_reads(continuous):
+    """torchrl's VmasEnv reads n_agents and continuous_actions on every step; pinned on the wrapper,
+    the reads skip torchrl's __getattr__ fallback (two dir() listings each, ~9 % of collection)."""
+    from marl_ppo.config import EnvConfig
+    from marl_ppo.envs import make_env
+
+    env = make_env(EnvConfig(scenario="navigation", num_envs=2, max_steps=5, continuous_actions=continuous,
+                             kwargs={"n_agents": 2}), seed=0)
+    base = env.base_env
+    for name in ("n_agents", "continuous_actions"):
+        assert name in vars(base), name
+        assert vars(base)[name] == getattr(base._env, name)
+    assert base.n_agents == 2 and base.continuous_actions is continuous
+    td = env.rollout(5, break_when_any_done=False)
+    assert td["next", "agents", "reward"].shape == (2, 5, 2, 1)
+    env.close()
