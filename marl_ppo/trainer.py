@@ -169,7 +169,9 @@ def ppo_update(
         epoch_sum = torch.stack(logged).sum(0)
         total = epoch_sum if total is None else total + epoch_sum
         count += len(logged)
-    return total / count
+    # not `total / count`: dividing a TensorDict by an int adds `int` to tensordict's memo of known
+    # classes, which a torch.compile guard of the compiled losses watches (one needless recompile)
+    return total.apply(lambda v: v / count)
 
 
 def _non_finite_message(losses: TensorDictBase) -> str:

@@ -2,7 +2,8 @@
 
 Known answer: a compiled router trains a few PPO epochs on a VMAS batch (the trainer's path), then
 an eager router with the same weights and the compiled one compute the losses of one minibatch:
-every loss term, every diagnostic and every gradient agree to float32 rounding. ``marl_ppo.activations.Tanh`` (ATen's
+every loss term, every diagnostic and every gradient agree to float32 rounding. A second update
+runs without recompiling. ``marl_ppo.activations.Tanh`` (ATen's
 tanh inside the compiled graph) is part of what is compared: forward and backward.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ def test_compiled_losses_and_gradients_match_eager():
     stats = ppo_update(compiled.router, compiled.step, batch.clone(), num_epochs=3, minibatch_size=20)
     assert compiled.router._compiled_call_impl is not None and eager.router._compiled_call_impl is None
     assert torch.isfinite(stats["loss"])
+    # a later update reuses the compiled graph: nothing the update does invalidates its guards
+    with torch.compiler.set_stance("fail_on_recompile"):
+        ppo_update(compiled.router, compiled.step, batch.clone(), num_epochs=1, minibatch_size=20)
     eager.router.load_state_dict(compiled.router.state_dict())
     minibatch = batch.select(*_update_keys(eager.router)).reshape(-1)[:40]
     out = {}

@@ -178,8 +178,7 @@ def main() -> None:
     n_agents, obs_dim = spec.observation_shape
     floor = Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
                   lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
-    warm_iterations = 1 if args.compile else 0  # see the warm-up below
-    total = args.frames_per_batch * (args.repeats * args.iterations_per_repeat + 1 + warm_iterations)
+    total = args.frames_per_batch * (args.repeats * args.iterations_per_repeat + 1)
     collector = Collector(parts.env, router.policy, frames_per_batch=args.frames_per_batch, total_frames=total,
                           device=cfg.train.device, auto_register_policy_transforms=False)
     batches = iter(collector)
@@ -218,12 +217,6 @@ def main() -> None:
             t_floor, t_ours = t_floor + t4 - t3, t_ours + t5 - t4
         collector.update_policy_weights_()
         return {"collect": t1 - t0, "adv": t2 - t1, "floor": t_floor, "update": t_ours, "lp_check": lp_check}
-
-    # Compiled: one more untimed iteration. torch.compile recompiles the losses once, at the
-    # second update, because a guard watches tensordict's memo of known classes, which the first
-    # collection and logging grow; a long run pays that once, a 3-repeat benchmark should not.
-    for _ in range(warm_iterations):
-        iteration()
 
     rows: dict[str, list[float]] = {k: [] for k in ("collect", "adv", "update", "floor", "lp_check")}
     for rep in range(args.repeats):
