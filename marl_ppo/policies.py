@@ -270,7 +270,7 @@ def build_actor(
             in_keys = {"logits": (g, "logits")}
             if group.action_mask_key is not None:
                 in_keys["mask"] = group.action_mask_key
-        return ProbabilisticActor(
+        actor = ProbabilisticActor(
             module,
             in_keys=in_keys,
             out_keys=[group.keys.action],
@@ -280,7 +280,9 @@ def build_actor(
             log_prob_key=group.keys.log_prob,
             default_interaction_type=InteractionType.RANDOM,
         )
-    return _composite_actor(group, heads, net, obs_key)
+    else:
+        actor = _composite_actor(group, heads, net, obs_key)
+    return _stamp(actor, net)
 
 
 class _SplitHeads(nn.Module):
@@ -340,15 +342,20 @@ def build_critic(
     if net is None:
         net = _mlp(group, 1, centralized=centralized, share_params=share_params,
                    hidden=hidden, activation=activation, device=device)
-    return TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+    critic = TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+    return _stamp(critic, net)
+
+
+def _stamp(module: nn.Module, net: nn.Module) -> nn.Module:
+    # Written past nn.Module.__setattr__: a plain attribute, not a second registration of `net`
+    # (the state_dict keeps one entry per parameter).
+    object.__setattr__(module, "_group_network", net)
+    return module
 
 
 def group_network(module: nn.Module) -> nn.Module | None:
-    """The agent MLP inside an actor or critic built by :func:`build_actor` / :func:`build_critic`,
-    ``None`` for any other module (the router then never bundles its group)."""
-    if isinstance(module, ProbabilisticActor):
-        module = module.module[0]
-    inner = getattr(module, "module", None)
-    if isinstance(inner, nn.Sequential) and isinstance(inner[-1], (NormalParamExtractor, _SplitHeads)):
-        inner = inner[0]
-    return inner if isinstance(inner, (SharedAgentMLP, MultiAgentMLP)) else None
+    """The agent MLP of an actor or critic built by :func:`build_actor` / :func:`build_critic`
+    around one of our MLPs; ``None`` for any other module (the router then never bundles its
+    group: a bundle rebuilds the group's actor from its spec around this network)."""
+    net = module.__dict__.get("_group_network")
+    return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None

@@ -16,17 +16,18 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
+from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch.testing import assert_close
 from torchrl.data import Bounded, Categorical, Composite
 from torchrl.modules import ProbabilisticActor
-from torchrl.modules.distributions import TanhNormal
+from torchrl.modules.distributions import IndependentNormal
 
 from marl_ppo import RewardTable
 from marl_ppo.aggregate import total_loss
 from marl_ppo.config import EnvConfig
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
+from marl_ppo.policies import SharedAgentMLP, group_network
 from marl_ppo.router import GroupRouter
 from marl_ppo.trainer import _update_keys
 
@@ -193,23 +194,21 @@ def test_only_groups_whose_specs_match_are_bundled():
 
 
 def test_a_group_with_a_custom_actor_is_not_bundled():
+    """Even one made of our MLP and NormalParamExtractor: a bundle rebuilds a group's actor from its
+    spec (a TanhNormal here), which would silently replace this actor's IndependentNormal."""
     groups = {g: spec(g, 2) for g in ("a", "b", "c")}
     torch.manual_seed(0)
     base = GroupRouter.from_specs(groups, hidden=HIDDEN)
     actors = {g: base.losses[g].actor_network for g in groups}
     critics = {g: base.losses[g].critic_network for g in groups}
-    net = TensorDictModule(torch.nn.Sequential(torch.nn.Linear(OBS, 4), _LocScale()),
-                           in_keys=[("c", "observation")], out_keys=[("c", "loc"), ("c", "scale")])
-    actors["c"] = ProbabilisticActor(net, in_keys=[("c", "loc"), ("c", "scale")], out_keys=[("c", "action")],
-                                     distribution_class=TanhNormal, return_log_prob=True,
+    net = SharedAgentMLP(OBS, 4, 2, centralized=False, hidden=HIDDEN, activation_class=torch.nn.Tanh)
+    module = TensorDictModule(torch.nn.Sequential(net, NormalParamExtractor()), in_keys=[("c", "observation")],
+                              out_keys=[("c", "loc"), ("c", "scale")])
+    actors["c"] = ProbabilisticActor(module, in_keys=[("c", "loc"), ("c", "scale")], out_keys=[("c", "action")],
+                                     distribution_class=IndependentNormal, return_log_prob=True,
                                      log_prob_key=("c", "action_log_prob"))
+    assert group_network(actors["c"]) is None and group_network(actors["a"]) is not None
     assert GroupRouter(groups, actors, critics).bundles == [("a", "b")]
-
-
-class _LocScale(torch.nn.Module):
-    def forward(self, x):
-        loc, scale = x.chunk(2, -1)
-        return loc, torch.nn.functional.softplus(scale) + 1e-3
 
 
 def test_bundling_keeps_the_state_dict_and_follows_dtype_moves():
