@@ -59,7 +59,12 @@ def _eval(args: argparse.Namespace) -> int:
     n = args.episodes
     env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=n if cfg.env.kind == "vmas" else min(n, 8))
     env = env.to(cfg.train.device)  # where the policy is
-    returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), callback=recorder)
+    try:
+        returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), callback=recorder)
+    finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
+        for e in (env, parts.env):
+            if not e.is_closed:
+                e.close()
     result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episode_reward": returns}
     if recorder is not None:
         result["video"] = str(recorder.save(args.video))
@@ -111,8 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         return suite_main(argv[1:], prog="marl-ppo suite")
     parser = build_parser()
     args = parser.parse_args(argv)
+    from marl_ppo.signals import RunInterrupted  # light: no torch
+
     try:
         return args.func(args)
+    except RunInterrupted as err:  # checkpoint written, logs closed, error.txt says why
+        print(f"marl-ppo {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("interrupted; the run directory keeps its last checkpoint and logs", file=sys.stderr)
         return 130

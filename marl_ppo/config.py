@@ -33,6 +33,41 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
+def _at_least(name: str, value: float, low: float, what: str = "") -> None:
+    if not value >= low:  # also refuses NaN
+        raise ConfigError(f"{name} must be >= {low:g}{what}, got {value!r}")
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value!r}")
+
+
+def _unit_interval(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must be in [0, 1], got {value!r}")
+
+
+def _device(name: str, value: str) -> None:
+    """A device string torch can parse, present on this machine (imports torch only when asked)."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"{name} must be a device such as 'cpu' or 'cuda', got {value!r} ({err})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"{name}={value!r}, but this machine has no CUDA device; use {name}=cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"{name}={value!r}, but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
+    elif device.type not in ("cpu", "meta"):
+        available = getattr(torch.backends, device.type, None)
+        if available is None or not available.is_available():
+            raise ConfigError(f"{name}={value!r}: no {device.type} device on this machine; use {name}=cpu")
+
+
 @dataclass
 class EnvConfig:
     """Which environment to train in.
@@ -68,8 +103,21 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         _choice("env.kind", self.kind, ("vmas", "pettingzoo"))
-        if self.num_envs < 1:
-            raise ConfigError(f"env.num_envs must be >= 1, got {self.num_envs}")
+        _at_least("env.num_envs", self.num_envs, 1)
+        _at_least("env.max_steps", self.max_steps, 1)
+        if self.kind == "vmas":
+            if self.multidiscrete_actions and self.continuous_actions:
+                raise ConfigError(
+                    "env.multidiscrete_actions=true needs discrete actions, but env.continuous_actions=true; "
+                    "set env.continuous_actions=false or env.multidiscrete_actions=false"
+                )
+        else:
+            vmas_only = {"env.comm": self.comm, "env.multidiscrete_actions": self.multidiscrete_actions}
+            for name, value in vmas_only.items():
+                if value:
+                    raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
+            if self.device != "cpu":
+                raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")
 
 
 @dataclass
@@ -88,6 +136,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _choice("model.activation", self.activation, ("tanh", "relu", "elu", "gelu", "silu"))
+        if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
+            raise ConfigError(f"model.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {list(self.hidden)}")
 
 
 @dataclass
@@ -131,6 +181,16 @@ class LossConfig:
         _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
         _choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
         _choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
+        _positive("loss.clip_epsilon", self.clip_epsilon)
+        _unit_interval("loss.gamma", self.gamma)
+        _unit_interval("loss.lmbda", self.lmbda)
+        _at_least("loss.critic_coeff", self.critic_coeff, 0)
+        _at_least("loss.entropy_coeff", self.entropy_coeff, 0)
+        _unit_interval("loss.entropy_final_scale", self.entropy_final_scale)
+        for head, coeff in self.head_entropy_coeff.items():
+            _at_least(f"loss.head_entropy_coeff.{head}", coeff, 0)
+        for group, weight in self.group_weights.items():
+            _at_least(f"loss.group_weights.{group}", weight, 0)
 
 
 @dataclass
@@ -171,8 +231,14 @@ class TrainConfig:
             raise ConfigError(f"train.num_threads must be >= 0 (0: torch's default), got {self.num_threads}")
         _choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
         for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+            _at_least(f"train.{name}", getattr(self, name), 1)
+        if self.minibatch_size > self.frames_per_batch:
+            raise ConfigError(
+                f"train.minibatch_size={self.minibatch_size} is larger than train.frames_per_batch="
+                f"{self.frames_per_batch}; it must be <= frames_per_batch"
+            )
+        _positive("train.lr", self.lr)
+        _positive("train.max_grad_norm", self.max_grad_norm)
 
     @property
     def iterations(self) -> int:
@@ -209,6 +275,9 @@ class LogConfig:
     def __post_init__(self) -> None:
         for lg in self.loggers:
             _choice("log.loggers[]", lg, ("csv", "tensorboard", "wandb", "mlflow"))
+        _at_least("log.eval_every", self.eval_every, 0, " (0: only at the end)")
+        _at_least("log.checkpoint_every", self.checkpoint_every, 0, " (0: only at the end)")
+        _at_least("log.eval_episodes", self.eval_episodes, 1)
 
 
 @dataclass
@@ -234,7 +303,42 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.log.video and self.env.kind != "vmas":
-            raise ConfigError(f"log.video renders VMAS envs only; env.kind is {self.env.kind!r}")
+            raise ConfigError(f"log.video renders VMAS envs only (log.video=true); env.kind is {self.env.kind!r}")
+        if self.reward_table is not None:
+            from marl_ppo.reward_table import RewardTable, RewardTableError
+
+            try:  # its form here; its fit to the env's groups and keys when the env exists
+                RewardTable.from_dict(self.reward_table)
+            except RewardTableError as err:
+                raise ConfigError(f"reward_table: {err}") from None
+        env, train = self.env, self.train
+        if train.frames_per_batch % env.num_envs:
+            lower = train.frames_per_batch // env.num_envs * env.num_envs
+            raise ConfigError(
+                f"train.frames_per_batch={train.frames_per_batch} is not a multiple of env.num_envs={env.num_envs} "
+                f"(each env steps the same number of times per batch); use e.g. {lower or env.num_envs} "
+                f"or {lower + env.num_envs}"
+            )
+        every = self.log.checkpoint_every
+        if every and every * self.steps_per_batch < env.max_steps:
+            # every periodic checkpoint restarts the envs' episodes (that is what makes resume exact)
+            raise ConfigError(
+                f"log.checkpoint_every={every} x {self.steps_per_batch} steps per env per batch = "
+                f"{every * self.steps_per_batch} steps < env.max_steps={env.max_steps}: each checkpoint restarts "
+                "the envs' episodes (so that a resumed run equals the uninterrupted one), so no episode "
+                f"could reach its end; use log.checkpoint_every >= {-(-env.max_steps // self.steps_per_batch)} "
+                "(or 0: a checkpoint at the end only)"
+            )
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Steps each env takes per collected batch."""
+        return self.train.frames_per_batch // self.env.num_envs
+
+    def check_devices(self) -> None:
+        """Raises :class:`ConfigError` if ``train.device`` or ``env.device`` is not on this machine."""
+        _device("train.device", self.train.device)
+        _device("env.device", self.env.device)
 
     def run_name(self) -> str:
         return self.log.name or f"{self.env.scenario}-{self.loss.algorithm}-seed{self.train.seed}"
@@ -299,6 +403,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key = getattr(err, "full_key", None)
         raise ConfigError(f"bad config value{f' for {key!r}' if key else ''}: {msg}") from None
     assert isinstance(cfg, Config)
+    cfg.check_devices()
     return cfg
 
 

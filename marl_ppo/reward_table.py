@@ -70,7 +70,22 @@ class RewardTableError(ValueError):
 def _as_key(key: NestedKey) -> tuple[str, ...]:
     if isinstance(key, str):
         return (key,)
+    if not isinstance(key, (tuple, list)) or not key or not all(isinstance(k, str) for k in key):
+        raise RewardTableError(f"a key must be a string or a list of strings such as [next, reward], got {key!r}")
     return tuple(key)
+
+
+def _weight(value: Any, term: str) -> float:
+    """A term's weight: an int or float (not a bool, not a string), finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RewardTableError(f"{term}: the weight must be a finite number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def _in_group(group: str, err: RewardTableError) -> RewardTableError:
+    """Prefixes a term's error with its group (the term functions do not know it)."""
+    text = str(err)
+    return err if text.startswith("group ") else RewardTableError(f"group {group!r}: {text}")
 
 
 def _fmt_key(key: NestedKey) -> str:
@@ -88,8 +103,7 @@ class Term:
     reduce: Reduce = "none"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.weight, (int, float)) or not math.isfinite(self.weight):
-            raise RewardTableError(f"a reward term's weight must be a finite number, got {self.weight!r}")
+        _weight(self.weight, f"{self.source} term")
         if self.reduce not in ("none", "mean", "sum"):
             raise RewardTableError(
                 f"reduce must be one of 'none', 'mean', 'sum', got {self.reduce!r}"
@@ -111,7 +125,7 @@ class Term:
 
 def own(weight: float = 1.0) -> Term:
     """The group's own per-agent reward, times ``weight``."""
-    return Term("own", float(weight))
+    return Term("own", _weight(weight, "own()"))
 
 
 def team(groups: Sequence[str] | str, *, reduce: Reduce = "mean", weight: float = 1.0) -> Term:
@@ -119,7 +133,12 @@ def team(groups: Sequence[str] | str, *, reduce: Reduce = "mean", weight: float 
 
     ``reduce="none"`` keeps it per agent; it needs a single group with as many agents as the receiver.
     """
-    groups = (groups,) if isinstance(groups, str) else tuple(groups)
+    if isinstance(groups, str):
+        groups = (groups,)
+    elif isinstance(groups, (list, tuple)) and all(isinstance(g, str) for g in groups):
+        groups = tuple(groups)
+    else:
+        raise RewardTableError(f"team(): groups must be a group name or a list of group names, got {groups!r}")
     if not groups:
         raise RewardTableError("team() needs at least one group")
     if reduce == "none" and len(groups) != 1:
@@ -127,7 +146,7 @@ def team(groups: Sequence[str] | str, *, reduce: Reduce = "mean", weight: float 
             f"team({list(groups)}, reduce='none') is ambiguous: per-agent rewards can come "
             "from one group only; use reduce='mean' or 'sum' to combine several groups"
         )
-    return Term("team", float(weight), groups=groups, reduce=reduce)
+    return Term("team", _weight(weight, f"team({list(groups)})"), groups=groups, reduce=reduce)
 
 
 def signal(key: NestedKey, *, weight: float = 1.0, reduce: Reduce = "none") -> Term:
@@ -137,7 +156,8 @@ def signal(key: NestedKey, *, weight: float = 1.0, reduce: Reduce = "none") -> T
     (``[1]`` for a root signal, ``[n_agents, 1]`` for a per-agent one); ``"mean"``/``"sum"``
     reduce a per-agent signal ``[m, 1]`` over its agents first.
     """
-    return Term("signal", float(weight), key=_as_key(key), reduce=reduce)
+    key = _as_key(key)
+    return Term("signal", _weight(weight, f"signal({_fmt_key(key)!r})"), key=key, reduce=reduce)
 
 
 @dataclass(frozen=True)
@@ -156,9 +176,16 @@ _TERM_FIELDS = {"own", "team", "group", "key", "weight", "reduce"}
 
 
 def _term_from_dict(group: str, spec: Any) -> Term:
+    try:
+        return _parse_term(group, spec)
+    except RewardTableError as err:
+        raise _in_group(group, err) from None
+
+
+def _parse_term(group: str, spec: Any) -> Term:
     if isinstance(spec, Term):
         return spec
-    if spec == "own":
+    if isinstance(spec, str) and spec == "own":
         return own()
     if not isinstance(spec, Mapping):
         raise RewardTableError(
@@ -189,6 +216,17 @@ def _term_from_dict(group: str, spec: Any) -> Term:
     return team(groups, reduce=spec.get("reduce", "mean"), weight=weight)
 
 
+def _terms(group: str, terms: Any) -> tuple[Term, ...]:
+    """A row's reward terms, in the same forms from Python and from YAML (one term or a list)."""
+    if terms is None:
+        raise RewardTableError(f"group {group!r}: the reward list is empty (null); give terms such as [{{own: 1.0}}]")
+    if isinstance(terms, (str, Mapping, Term)):
+        terms = [terms]
+    if not isinstance(terms, (list, tuple)):
+        raise RewardTableError(f"group {group!r}: the reward must be a list of terms, got {terms!r}")
+    return tuple(_term_from_dict(group, t) for t in terms)
+
+
 class RewardTable:
     """Explicit mapping from env signals to each group's training reward and done.
 
@@ -211,8 +249,7 @@ class RewardTable:
         self.rows = {}
         for group, row in rows.items():
             if not isinstance(row, GroupRow):
-                terms = tuple(row)
-                row = GroupRow(terms, done.get(group, "auto"))
+                row = GroupRow(_terms(group, row), done.get(group, "auto"))
             elif group in done:
                 row = GroupRow(row.reward, done[group])
             if not row.reward:
@@ -236,8 +273,12 @@ class RewardTable:
               done: root
             agent: [{group: adversary, weight: -1.0}]     # a bare list is the reward
         """
+        if not isinstance(mapping, Mapping):
+            raise RewardTableError(f"a reward table maps each group to its row, got {type(mapping).__name__} {mapping!r}")
         rows: dict[str, GroupRow] = {}
         for group, row in mapping.items():
+            if row is None:
+                raise RewardTableError(f"group {group!r}: the row is empty (null); give a reward list such as [{{own: 1.0}}]")
             if isinstance(row, Mapping):
                 unknown = set(row) - {"reward", "done"}
                 if unknown:
@@ -249,9 +290,7 @@ class RewardTable:
                 terms, done = row["reward"], row.get("done", "auto")
             else:
                 terms, done = row, "auto"
-            if isinstance(terms, (str, Mapping)):
-                terms = [terms]
-            rows[str(group)] = GroupRow(tuple(_term_from_dict(group, t) for t in terms), done)
+            rows[str(group)] = GroupRow(_terms(group, terms), done)
         return cls(rows)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """Logging for a run: torchrl's loggers (CSV by default), a tqdm progress bar, and an error record.
 
 CSV scalars land in ``<run_dir>/logs/scalars/<metric>.csv`` as ``frames,value`` lines (torchrl's
-``CSVLogger``), appended, so a resumed run continues the same files.
+``CSVLogger``), appended, so a resumed run continues the same files. A resumed run first drops
+what was logged after its checkpoint's step (:func:`truncate_scalars`; TensorBoard through
+``purge_step``), so that each step appears once, with the values of the run that continued.
 """
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-__all__ = ["RunLogger", "Progress"]
+__all__ = ["RunLogger", "Progress", "read_scalars", "truncate_scalars"]
 
 
 class Progress:
@@ -32,16 +36,21 @@ class Progress:
 class RunLogger:
     """Sends metrics to every configured torchrl logger; writes ``error.txt`` when a run fails."""
 
-    def __init__(self, run_dir: Path, loggers: list[str], exp_name: str) -> None:
+    def __init__(self, run_dir: Path, loggers: list[str], exp_name: str, *, resume_step: int | None = None) -> None:
+        """``resume_step``: a resumed run's checkpoint step; what was logged after it is dropped first."""
         from torchrl.record.loggers import get_logger
 
         self.run_dir = Path(run_dir)
         self.loggers = []
+        if resume_step is not None:
+            truncate_scalars(self.run_dir, resume_step)
         for kind in loggers:
             if kind == "csv":
                 from torchrl.record.loggers import CSVLogger
 
                 self.loggers.append(CSVLogger(exp_name="logs", log_dir=str(self.run_dir)))
+            elif kind == "tensorboard":
+                self.loggers.append(_tensorboard(self.run_dir / kind, exp_name, resume_step))
             else:
                 try:
                     self.loggers.append(get_logger(kind, logger_name=str(self.run_dir / kind), experiment_name=exp_name))
@@ -52,26 +61,79 @@ class RunLogger:
         return Progress(total, initial, enabled)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        for logger in self.loggers:
-            for name, value in metrics.items():
-                logger.log_scalar(name, value, step=step)
+        try:
+            for logger in self.loggers:
+                for name, value in metrics.items():
+                    logger.log_scalar(name, value, step=step)
+        except OSError as err:  # torchrl's loggers name no file
+            raise OSError(err.errno, f"cannot write the run's logs under {self.run_dir / 'logs'}: {err.strerror}") from err
 
-    def error(self, err: BaseException) -> None:
-        (self.run_dir / "error.txt").write_text(
-            f"{type(err).__name__}: {err}\n\n" + "".join(traceback.format_exception(err))
-        )
+    def error(self, err: BaseException, reason: str | None = None) -> None:
+        """Writes ``error.txt`` (the reason, then the traceback); says so on stderr if it cannot."""
+        text = f"{reason or f'{type(err).__name__}: {err}'}\n\n" + "".join(traceback.format_exception(err))
+        try:
+            (self.run_dir / "error.txt").write_text(text)
+        except OSError as write_err:
+            print(f"marl-ppo: could not write {self.run_dir / 'error.txt'} ({write_err.strerror}); the error was:\n{text}",
+                  file=sys.stderr)
 
     def close(self) -> None:
+        """Flushes and closes every logger's files (safe to call twice)."""
         for logger in self.loggers:
             exp = getattr(logger, "experiment", None)
-            for f in getattr(exp, "files", {}).values():  # CSV
+            files = getattr(exp, "files", {})
+            for f in files.values():  # CSV
                 f.close()
+            files.clear()
             if hasattr(exp, "flush") and hasattr(exp, "close"):  # TensorBoard's SummaryWriter
                 exp.close()
 
 
+def _tensorboard(log_dir: Path, exp_name: str, resume_step: int | None):
+    """torchrl's TensorBoard logger; on resume its writer purges the events after ``resume_step``."""
+    from torchrl.record.loggers.tensorboard import TensorboardLogger
+
+    class _Resumable(TensorboardLogger):
+        def _create_experiment(self):
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step: readers drop the events at or after it that an earlier session wrote
+            purge = None if resume_step is None else resume_step + 1
+            return SummaryWriter(log_dir=os.path.join(self.log_dir, self.exp_name), purge_step=purge)
+
+    return _Resumable(exp_name=exp_name, log_dir=str(log_dir))
+
+
+def truncate_scalars(run_dir: str | Path, step: int) -> int:
+    """Drops every CSV scalar logged after ``step`` (a resumed run's checkpoint); returns how many.
+
+    A run killed after logging an iteration but before checkpointing it logs that iteration
+    again when it resumes: without this, the files would hold the step twice.
+    """
+    root = Path(run_dir) / "logs" / "scalars"
+    dropped = 0
+    for path in root.rglob("*.csv"):
+        lines = path.read_text().splitlines()
+        kept = [ln for ln in lines if ln.strip() and _step(ln) <= step]
+        dropped += sum(1 for ln in lines if ln.strip()) - len(kept)
+        if len(kept) != len(lines):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(ln + "\n" for ln in kept))
+            os.replace(tmp, path)
+    return dropped
+
+
+def _step(line: str) -> float:
+    return float(line.split(",", 1)[0])
+
+
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every CSV scalar of a run: ``{metric: [(frames, value), ...]}``, the last value per step kept."""
+    """Every CSV scalar of a run: ``{metric: [(frames, value), ...]}``.
+
+    Each step appears once in a run's files (a resumed run drops what it logs again); should a
+    file hold a step twice all the same (a directory written by an earlier version), the last
+    value is kept.
+    """
     root = Path(run_dir) / "logs" / "scalars"
     out: dict[str, list[tuple[int, float]]] = {}
     for path in sorted(root.rglob("*.csv")):

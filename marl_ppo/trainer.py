@@ -14,13 +14,14 @@ Reads top to bottom: :func:`build` wires the parts from a :class:`~marl_ppo.conf
 """
 from __future__ import annotations
 
+import copy
 import json
-import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -29,15 +30,27 @@ from torchrl.collectors import Collector
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
 from marl_ppo.aggregate import AggregatedStep
+from marl_ppo.checkpoints import (
+    choose_checkpoint,
+    load_checkpoint,
+    preserved_rng,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
 from marl_ppo.config import Config, to_yaml
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import RunLogger
+from marl_ppo.signals import RunInterrupted, StopSignals
 from marl_ppo.video import FrameRecorder
 
-__all__ = ["Parts", "build", "ppo_update", "episode_returns", "Trainer", "TrainingError"]
+__all__ = ["Parts", "build", "ppo_update", "episode_returns", "Trainer", "TrainingError", "RunInterrupted",
+           "load_policy"]
+
+CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
 
 
 class TrainingError(RuntimeError):
@@ -133,12 +146,14 @@ def ppo_update(
     num_epochs: int,
     minibatch_size: int,
     check_each_step: bool | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
     Returns the per-group diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm``.
     A non-finite loss raises :class:`TrainingError`, checked after every step on CPU
-    (``check_each_step``, default) and after every epoch on an accelerator.
+    (``check_each_step``, default) and after every epoch on an accelerator. ``should_stop`` is
+    asked after every step; when it answers true the update stops there (``_StopRequested``).
     """
     flat = batch.select(*_update_keys(router)).reshape(-1)
     n = flat.shape[0]
@@ -156,6 +171,8 @@ def ppo_update(
             stats = step(losses)
             if check_each_step and not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))
+            if should_stop is not None and should_stop():
+                raise _StopRequested
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])
             logged.append(losses.detach())  # detached: a kept loss keeps its step's autograd graph
@@ -217,41 +234,65 @@ def evaluate(policy, env: EnvBase, max_steps: int, groups: list[str], *, callbac
     return returns
 
 
+class _StopRequested(Exception):
+    """Raised inside the update when a stop signal has arrived (caught by :meth:`Trainer.fit`)."""
+
+
 class Trainer:
     """Runs a config into a run directory: resolved config, reward table, logs, checkpoints, plots.
 
-    ``resume=True`` continues the run in ``run_dir`` from its last checkpoint: counters,
-    parameters, optimizer, schedules and RNG states carry on; the env restarts its episodes.
+    Everything is built and validated (config, devices, env, reward table) before the run
+    directory is created. ``resume=True`` continues the run in ``run_dir`` from its newest usable
+    checkpoint (see ``docs/runs.md``): counters, parameters, optimizer, schedules and RNG states
+    carry on, the logs drop what was written after the checkpoint, and the envs restart their
+    episodes from a seed of the iteration, as the uninterrupted run does at every periodic
+    checkpoint, so that the resumed run reproduces it exactly. A run directory without a
+    checkpoint resumes as a fresh start.
     """
 
     def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False) -> None:
         self.cfg = cfg
+        cfg.check_devices()
         self.run_dir = _run_dir(cfg, run_dir, resume)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.parts = build(cfg)
         self.iteration = 0
         self.frames = 0
+        self._last_returns: dict[str, float] = {}
         self._last_eval_iteration: int | None = None
         self._last_eval: dict[str, float] = {}
+        self._resume_rng: dict[str, Any] | None = None  # restored after the envs restart (fit)
+        self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
+        self._saved_iteration: int | None = None
         iterations = cfg.train.iterations
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.parts.step.optimizer,
             (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
         )
+        self.resume_notes: list[str] = []
         if resume:
-            self._load(self.ckpt_dir / "last.pt")
+            self._resume()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
-        self.logger = RunLogger(self.run_dir, cfg.log.loggers, cfg.run_name())
+        if resume:
+            self._write_resume_log()
+        self.logger = RunLogger(self.run_dir, cfg.log.loggers, cfg.run_name(),
+                                resume_step=self.frames if resume else None)
 
     # -- the loop -----------------------------------------------------------------------
 
     def fit(self) -> dict[str, Any]:
+        """Trains to ``train.total_frames``; returns the summary (also ``summary.json``).
+
+        Raises :class:`RunInterrupted` after SIGINT/SIGTERM (a checkpoint of the last completed
+        iteration written, the loggers closed, ``error.txt`` saying why).
+        """
         cfg, parts = self.cfg, self.parts
         groups = list(parts.groups)
         remaining = cfg.train.total_frames - self.frames
         if remaining <= 0:
+            self.close()
             return self._summary({})
         collector = Collector(
             parts.env,
@@ -261,53 +302,110 @@ class Trainer:
             device=cfg.train.device,
             auto_register_policy_transforms=False,
         )
+        if self._resume_rng is not None:  # as the uninterrupted run did right after this checkpoint
+            self._restart_episodes(collector, self._resume_rng)
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
-        last_returns: dict[str, float] = {}
         try:
-            t0 = time.perf_counter()
-            for batch in collector:
-                t_collect = time.perf_counter() - t0
-                t1 = time.perf_counter()
-                batch = parts.reward_table(batch)
-                parts.router.compute_advantages(batch)
-                stats = ppo_update(parts.router, parts.step, batch,
-                                   num_epochs=cfg.train.num_epochs, minibatch_size=cfg.train.minibatch_size)
-                collector.update_policy_weights_()
-                lr = self.scheduler.get_last_lr()[0]  # the rate this update used
-                self.scheduler.step()
-                self._schedule_entropy()
-                t_update = time.perf_counter() - t1
-                self.iteration += 1
-                self.frames += batch.numel()
-                last_returns = episode_returns(batch, groups) or last_returns
-                metrics = self._metrics(batch, stats, last_returns, t_collect, t_update)
-                metrics["train/lr"] = lr
-                if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0:
-                    metrics.update(self._evaluate())
-                self.logger.log(metrics, self.frames)
-                progress.update(batch.numel(), {g: last_returns.get(g) for g in groups},
-                                batch.numel() / (t_collect + t_update))
-                if cfg.log.checkpoint_every and self.iteration % cfg.log.checkpoint_every == 0:
-                    self._save()
+            with StopSignals() as stop:
                 t0 = time.perf_counter()
+                for batch in collector:
+                    if stop.requested:
+                        raise _StopRequested
+                    t_collect = time.perf_counter() - t0
+                    self._iterate(batch, groups, t_collect, should_stop=lambda: stop.requested is not None,
+                                  progress=progress)
+                    if stop.requested:
+                        raise _StopRequested
+                    if self._checkpoint_due() and self.frames < cfg.train.total_frames:
+                        self._write(self._snapshot)
+                        self._restart_episodes(collector, self._snapshot["rng"])
+                    t0 = time.perf_counter()
+        except _StopRequested:
+            err = self._interrupted(stop.requested)
+            self.logger.error(err, reason=str(err))
+            self.close()
+            raise err from None
         except BaseException as err:
             self.logger.error(err)
+            self.close()
             raise
         finally:
             progress.close()
             collector.shutdown()
-        self._save()
+        if self._saved_iteration != self.iteration:
+            self._write(self._snapshot)
         if self._last_eval_iteration == self.iteration:  # the last iteration has just been evaluated
             final = self._last_eval
         else:
             final = self._evaluate()
             self.logger.log(final, self.frames)
-        self.logger.close()
+        self.close()
         if cfg.log.plot:
             from marl_ppo.plots import plot_runs
 
             plot_runs([self.run_dir], self.run_dir / "plots")
         return self._summary(final)
+
+    def _iterate(self, batch: TensorDictBase, groups: list[str], t_collect: float, *, should_stop, progress) -> None:
+        """One iteration on a collected batch: rewards, advantages, update, log, evaluate, snapshot."""
+        cfg, parts = self.cfg, self.parts
+        t1 = time.perf_counter()
+        batch = parts.reward_table(batch)
+        parts.router.compute_advantages(batch)
+        stats = ppo_update(parts.router, parts.step, batch, num_epochs=cfg.train.num_epochs,
+                           minibatch_size=cfg.train.minibatch_size, should_stop=should_stop)
+        lr = self.scheduler.get_last_lr()[0]  # the rate this update used
+        self.scheduler.step()
+        self._schedule_entropy()
+        t_update = time.perf_counter() - t1
+        self.iteration += 1
+        self.frames += batch.numel()
+        self._last_returns = episode_returns(batch, groups) or self._last_returns
+        metrics = self._metrics(batch, stats, self._last_returns, t_collect, t_update)
+        metrics["train/lr"] = lr
+        if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0:
+            metrics.update(self._evaluate())
+        self.logger.log(metrics, self.frames)
+        progress.update(batch.numel(), {g: self._last_returns.get(g) for g in groups},
+                        batch.numel() / (t_collect + t_update))
+        # kept in memory: a signal during the next iteration checkpoints this one (a few MB, ~ms)
+        self._snapshot = copy.deepcopy(self._state())
+
+    def _checkpoint_due(self) -> bool:
+        every = self.cfg.log.checkpoint_every
+        return bool(every) and self.iteration % every == 0
+
+    def _restart_episodes(self, collector: Collector, rng: dict[str, Any]) -> None:
+        """Reseeds the training envs from the iteration and resets them, then restores ``rng``.
+
+        Done at every periodic checkpoint of a run and when a run resumes from one, so that the
+        resumed run sees the same envs and random streams as the uninterrupted run. (Seeding a
+        VMAS env reseeds torch, numpy and python globally: the restore comes after it.)
+        """
+        self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
+        collector.reset()
+        set_rng_state(rng)
+
+    def _interrupted(self, signal_name: str) -> RunInterrupted:
+        """Checkpoints the last completed iteration (rolling back a half-done update) after a signal."""
+        if self._snapshot is not None:
+            if self._saved_iteration != self._snapshot["iteration"]:
+                self._write(self._snapshot)
+            self._load_state(self._snapshot)  # the trainer in memory matches its checkpoint
+            where = f"at iteration {self.iteration}: checkpoint {self.ckpt_dir / 'last.pt'}"
+        elif self.iteration:
+            where = f"at iteration {self.iteration}, the checkpoint it had resumed from"
+        else:
+            where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
+        return RunInterrupted(signal_name, f"stopped by {signal_name} {where}; continue with "
+                                           f"marl-ppo train --resume {self.run_dir}")
+
+    def close(self) -> None:
+        """Closes the loggers and the evaluation env (the collector closes the training env)."""
+        self.logger.close()
+        env = self.__dict__.pop("_eval_env", None)
+        if env is not None and not env.is_closed:
+            env.close()
 
     def _schedule_entropy(self) -> None:
         loss = self.cfg.loss
@@ -334,14 +432,18 @@ class Trainer:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
+        """Deterministic evaluation on the same seeded episodes every time; training's RNG untouched."""
         cfg = self.cfg
-        if not hasattr(self, "_eval_env"):
-            n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
-            # on the policy's device, as the collector puts the training env
-            self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n).to(cfg.train.device)
+        eval_seed = cfg.train.seed + 10_000
         recorder = FrameRecorder() if cfg.log.video else None
-        returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
-                           callback=recorder)
+        with preserved_rng():  # VMAS's seeding reseeds torch/numpy/python globally
+            if not hasattr(self, "_eval_env"):
+                n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
+                # on the policy's device, as the collector puts the training env
+                self._eval_env = make_env(cfg.env, seed=eval_seed, num_envs=n).to(cfg.train.device)
+            self._eval_env.set_seed(eval_seed)
+            returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
+                               callback=recorder)
         if recorder is not None:
             recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
         self._last_eval_iteration = self.iteration
@@ -356,44 +458,82 @@ class Trainer:
     # -- checkpoints --------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
+        """Everything a resumed run needs, as tensors and plain containers (``weights_only`` loads it)."""
         return {
+            "format": CHECKPOINT_FORMAT,
             "router": self.parts.router.state_dict(),
             "optimizer": self.parts.step.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "iteration": self.iteration,
             "frames": self.frames,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-            },
+            # whether the uninterrupted run restarts its episodes right after this checkpoint
+            "episode_boundary": self._checkpoint_due(),
+            "last_returns": dict(self._last_returns),
+            "rng": rng_state(),
             "config": to_yaml(self.cfg),
         }
 
-    def _save(self) -> None:
-        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically (temp file, then rename)."""
-        self.ckpt_dir.mkdir(exist_ok=True)
-        state = self._state()
-        for name in (f"iter_{self.iteration:05d}.pt", "last.pt"):
-            tmp = self.ckpt_dir / (name + ".tmp")
-            torch.save(state, tmp)
-            os.replace(tmp, self.ckpt_dir / name)
+    def _write(self, state: dict[str, Any]) -> None:
+        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically; a failed write names the file."""
+        write_checkpoint(state, [self.ckpt_dir / f"iter_{state['iteration']:05d}.pt", self.ckpt_dir / "last.pt"])
+        self._saved_iteration = state["iteration"]
 
-    def _load(self, path: Path) -> None:
-        if not path.exists():
-            raise FileNotFoundError(f"cannot resume: no checkpoint at {path}")
-        state = torch.load(path, weights_only=False, map_location="cpu")  # loading copies onto each module's device
-        self.parts.router.load_state_dict(state["router"])
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.parts.router.load_state_dict(state["router"])  # copies onto each module's device
         self.parts.step.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.iteration, self.frames = state["iteration"], state["frames"]
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
-        self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
+        self.iteration, self.frames = int(state["iteration"]), int(state["frames"])
+        self._last_returns = dict(state.get("last_returns", {}))
+
+    def _resume(self) -> None:
+        """Loads the newest usable checkpoint (see :func:`~marl_ppo.checkpoints.choose_checkpoint`)."""
+        if not (self.run_dir / "config.yaml").exists() and not self.ckpt_dir.exists():
+            raise FileNotFoundError(f"cannot resume: {self.run_dir} holds no run (no config.yaml, no checkpoint)")
+        choice = choose_checkpoint(self.ckpt_dir, self._mismatch)
+        self.resume_notes = list(choice.notes)
+        if choice.state is None:
+            self.resume_notes.append("no checkpoint: the run starts afresh in its directory (its logs are cleared)")
+            return
+        state = choice.state
+        self._load_state(state)
+        self._resume_rng = state["rng"]
+        self._saved_iteration = self.iteration
+        self.resume_notes.append(f"resumed from {choice.path.name} (iteration {self.iteration}, {self.frames} frames)")
+        if not state.get("episode_boundary", False) and self.frames < self.cfg.train.total_frames:
+            self.resume_notes.append(
+                "this checkpoint was written at a signal or at the end of a run, not at a periodic checkpoint: "
+                "the envs restart their episodes here, which an uninterrupted run would not have done, so the "
+                "run goes on deterministically but not bit for bit as an uninterrupted run would"
+            )
+
+    def _mismatch(self, state: dict[str, Any]) -> str | None:
+        """Why a checkpoint's networks do not fit this run's, or ``None``."""
+        own, theirs = self.parts.router.state_dict(), state["router"]
+        missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
+        if missing or extra:
+            return (f"its networks do not match this run's ({len(missing)} parameters missing, e.g. "
+                    f"{missing[:1]}; {len(extra)} unexpected, e.g. {extra[:1]}): written by another config?")
+        for k, v in own.items():
+            if tuple(theirs[k].shape) != tuple(v.shape):
+                return f"parameter {k!r} has shape {tuple(theirs[k].shape)} there, {tuple(v.shape)} in this run"
+        return None
+
+    def _write_resume_log(self) -> None:
+        """Says on stderr and in ``resume.log`` which checkpoint was used and why others were skipped."""
+        previous = self.run_dir / "error.txt"
+        if previous.exists():  # the error that ended the previous session; this one starts clean
+            first = previous.read_text().splitlines()[:1]
+            self.resume_notes.append(f"the previous session ended with: {first[0] if first else '(empty error.txt)'}")
+            previous.unlink()
+        for video in (self.run_dir / "videos").glob("eval_iter*.gif"):  # evaluations that will run again
+            if int(video.stem.removeprefix("eval_iter")) > self.iteration:
+                video.unlink()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with open(self.run_dir / "resume.log", "a") as f:
+            for note in self.resume_notes:
+                f.write(f"{stamp} {note}\n")
+        for note in self.resume_notes:
+            print(f"marl-ppo resume: {note}", file=sys.stderr)
 
 
 def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
@@ -430,7 +570,8 @@ def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str
     cfg = from_yaml((run_dir / "config.yaml").read_text())
     if device is not None:
         cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
+    cfg.check_devices()
+    state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
     parts = build(cfg)
-    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=False, map_location="cpu")
     parts.router.load_state_dict(state["router"])
     return cfg, parts

@@ -228,7 +228,8 @@ def test_non_positive_sizes_are_rejected(key):
 
 
 def test_iterations_round_up():
-    cfg = make_config(overrides=["train.total_frames=100", "train.frames_per_batch=40"])
+    cfg = make_config(overrides=["train.total_frames=100", "train.frames_per_batch=40", "env.num_envs=4", "env.max_steps=10",
+                                 "train.minibatch_size=40"])
     assert cfg.train.iterations == 3
 
 

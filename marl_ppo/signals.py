@@ -1,0 +1,62 @@
+"""SIGINT and SIGTERM as a request to stop at the next safe point, not an exception anywhere.
+
+A run that gets Ctrl-C (SIGINT) or SIGTERM (what SLURM, Ray and ``kill`` send) finishes the
+gradient step it is in, writes a checkpoint of the last completed iteration, closes its loggers
+and ends with :class:`RunInterrupted`. A second signal stops at once
+(``KeyboardInterrupt``), leaving the checkpoints already written.
+
+Handlers can be installed from the main thread only (a Python rule); elsewhere (a worker
+thread) signals keep their previous behaviour.
+
+>>> import os, signal
+>>> with StopSignals() as stop:
+...     os.kill(os.getpid(), signal.SIGTERM)
+...     stop.requested
+'SIGTERM'
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+__all__ = ["StopSignals", "RunInterrupted"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class RunInterrupted(RuntimeError):
+    """A run stopped by SIGINT or SIGTERM after writing a checkpoint of its last completed iteration."""
+
+    def __init__(self, signal_name: str, message: str) -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + int(signal.Signals[self.signal_name])
+
+
+class StopSignals:
+    """Context manager: while active, the first SIGINT/SIGTERM sets :attr:`requested` (its name)."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in _SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested is not None:  # the second one: stop now
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping at once")
+        self.requested = signal.Signals(signum).name
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
