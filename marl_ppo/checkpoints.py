@@ -20,11 +20,13 @@ renamed over ``NAME``: a crash leaves either the old file or the new one, never 
 """
 from __future__ import annotations
 
+import copy
 import io
 import os
 import pickle
 import random
 import re
+import sys
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -168,19 +170,37 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
-class preserved_rng:
-    """Context manager: the global RNG states after the block are those from before it.
+def _vmas_shared_state() -> list | None:
+    """VMAS's own RNG state, one for every VMAS env of the process, or ``None`` (VMAS not loaded).
 
-    For work that must not shift the training's random streams: building or seeding an
-    evaluation env (VMAS's seeding calls ``torch.manual_seed``), an evaluation rollout.
+    VMAS 1.5 runs ``__init__``, ``seed``, ``reset`` and ``step`` of every env inside
+    ``local_seed(Environment.vmas_random_state)``: it swaps in a class-level torch/numpy/python
+    state, so its envs leave the global RNG alone but draw from one shared stream: resetting an
+    evaluation env moves the training env's stream.
+    """
+    module = sys.modules.get("vmas.simulator.environment.environment")
+    return getattr(getattr(module, "Environment", None), "vmas_random_state", None)
+
+
+class preserved_rng:
+    """Context manager: the RNG states after the block are those from before it.
+
+    The global torch/numpy/python states and VMAS's shared one (see :func:`_vmas_shared_state`).
+    For work that must not shift the training's random streams: building, seeding and running an
+    evaluation env.
     """
 
     def __enter__(self) -> "preserved_rng":
         self._state = rng_state()
+        shared = _vmas_shared_state()
+        self._vmas = None if shared is None else [copy.deepcopy(x) for x in shared]
         return self
 
     def __exit__(self, *exc) -> None:
         set_rng_state(self._state)
+        shared = _vmas_shared_state()
+        if shared is not None and self._vmas is not None:
+            shared[:] = self._vmas  # in place: VMAS's methods hold this very list
 
 
 # -- choosing a checkpoint to resume from -------------------------------------------------------

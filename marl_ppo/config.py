@@ -101,6 +101,12 @@ class EnvConfig:
     device: str = "cpu"
     kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
 
+    @property
+    def bounds_episodes(self) -> bool:
+        """Whether ``max_steps`` is the episodes' length cap (VMAS, PettingZoo MPE ``max_cycles``);
+        classic games end on their own and use it only as the evaluation rollout's length."""
+        return self.kind == "vmas" or (self.kind == "pettingzoo" and self.scenario.startswith("simple"))
+
     def __post_init__(self) -> None:
         _choice("env.kind", self.kind, ("vmas", "pettingzoo"))
         _at_least("env.num_envs", self.num_envs, 1)
@@ -320,7 +326,7 @@ class Config:
                 f"or {lower + env.num_envs}"
             )
         every = self.log.checkpoint_every
-        if every and every * self.steps_per_batch < env.max_steps:
+        if every and env.bounds_episodes and every * self.steps_per_batch < env.max_steps:
             # every periodic checkpoint restarts the envs' episodes (that is what makes resume exact)
             raise ConfigError(
                 f"log.checkpoint_every={every} x {self.steps_per_batch} steps per env per batch = "

@@ -270,10 +270,11 @@ class Trainer:
             (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
         )
         self.resume_notes: list[str] = []
+        self._config_yaml = to_yaml(cfg)
         if resume:
             self._resume()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        (self.run_dir / "config.yaml").write_text(self._config_yaml)
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
         if resume:
             self._write_resume_log()
@@ -379,8 +380,9 @@ class Trainer:
         """Reseeds the training envs from the iteration and resets them, then restores ``rng``.
 
         Done at every periodic checkpoint of a run and when a run resumes from one, so that the
-        resumed run sees the same envs and random streams as the uninterrupted run. (Seeding a
-        VMAS env reseeds torch, numpy and python globally: the restore comes after it.)
+        resumed run sees the same envs and random streams as the uninterrupted run. The envs'
+        own streams come from the seed (VMAS keeps one for all its envs, PettingZoo one per env);
+        the global torch/numpy/python states are the checkpoint's.
         """
         self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
         collector.reset()
@@ -436,7 +438,7 @@ class Trainer:
         cfg = self.cfg
         eval_seed = cfg.train.seed + 10_000
         recorder = FrameRecorder() if cfg.log.video else None
-        with preserved_rng():  # VMAS's seeding reseeds torch/numpy/python globally
+        with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if not hasattr(self, "_eval_env"):
                 n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
                 # on the policy's device, as the collector puts the training env
@@ -470,7 +472,7 @@ class Trainer:
             "episode_boundary": self._checkpoint_due(),
             "last_returns": dict(self._last_returns),
             "rng": rng_state(),
-            "config": to_yaml(self.cfg),
+            "config": self._config_yaml,
         }
 
     def _write(self, state: dict[str, Any]) -> None:

@@ -70,6 +70,7 @@ def arm(point: str, iteration: int) -> None:
                 torch.save(state, buffer)
                 data = buffer.getvalue()
                 first = paths[0]
+                first.parent.mkdir(parents=True, exist_ok=True)
                 with open(first.with_name(first.name + ".tmp"), "wb") as f:
                     f.write(data[: len(data) // 2])
                     f.flush()

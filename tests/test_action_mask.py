@@ -225,7 +225,7 @@ def test_trainer_runs_on_a_classic_game(tmp_path, overrides, expected):
             assert len(values) == 2 and all(math.isfinite(v) for v in values), (g, name, values)
         assert math.isfinite(summary[f"eval/{g}/episode_reward"])
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_00001.pt", "iter_00002.pt", "last.pt"]
-    state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert state["iteration"] == 2
     assert all(torch.isfinite(v).all() for v in state["router"].values() if v.is_floating_point())
 

@@ -16,7 +16,7 @@ from marl_ppo.aggregate import total_loss
 from marl_ppo.config import load_config
 from marl_ppo.trainer import _update_keys, build, ppo_update
 
-TINY = ["env.num_envs=4", "env.max_steps=10", "env.kwargs.n_agents=2", "train.frames_per_batch=80",
+TINY = ["env.num_envs=4", "env.max_steps=10", "env.kwargs.n_agents=2", "train.frames_per_batch=80", "train.minibatch_size=20",
         "model.hidden=[32, 32]", "loss.entropy_coeff=0.01", "train.lr=3e-3", "log.progress=false", "log.plot=false"]
 
 

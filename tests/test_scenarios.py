@@ -82,7 +82,7 @@ def test_scenario_trains_one_iteration(scenario, actions, base_yaml, tmp_path):
             (step, value), = scalars[f"train/{g}/{name}"]
             assert step == 8 and math.isfinite(value), f"{scenario}/{g}/{name} = {value}"
         assert math.isfinite(summary[f"eval/{g}/episode_reward"])
-    state = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
     assert state["iteration"] == 1
     for k, v in state["router"].items():
         if v.is_floating_point():

@@ -59,7 +59,7 @@ def make_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def last_checkpoint(run_dir: Path) -> dict:
-    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
 
 
 def steps(scalars: dict, name: str) -> list[int]:
@@ -299,7 +299,7 @@ def test_nan_loss_stops_with_training_error(tmp_path, monkeypatch):
     for k, v in state["router"].items():
         if v.is_floating_point():
             assert torch.isfinite(v).all(), f"checkpointed parameter {k} is not finite"
-    good = torch.load(run / "checkpoints" / "iter_00002.pt", weights_only=False)
+    good = torch.load(run / "checkpoints" / "iter_00002.pt", weights_only=True)
     for k in state["router"]:
         assert torch.equal(state["router"][k], good["router"][k])
     assert not (run / "checkpoints" / "iter_00003.pt").exists()
