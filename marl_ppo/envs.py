@@ -23,9 +23,13 @@ torch.Size([2, 3, 2, 1])
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import math
+import signal
+import threading
+from collections.abc import Iterator
 from functools import partial
 
 import torch
@@ -216,8 +220,29 @@ def _make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
         raise _unknown("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
     fns = [partial(make, seed + i) for i in range(num_envs)]
     env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
-    env.set_seed(seed)
+    with workers_ignore_stop_signals():
+        env.set_seed(seed)  # starts a ParallelEnv's worker processes
     return env
+
+
+@contextlib.contextmanager
+def workers_ignore_stop_signals() -> Iterator[None]:
+    """Worker processes started inside this block ignore SIGINT and SIGTERM (they inherit it).
+
+    A terminal's Ctrl-C reaches every process of the foreground group, and SLURM signals every
+    process of a job step: env workers that died of it would break the main process's
+    collection before it could checkpoint. The main process stops its workers itself (the
+    collector's and the envs' ``close``), after the checkpoint.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class FlatObservation(Transform):

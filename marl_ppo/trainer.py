@@ -315,6 +315,7 @@ class Trainer:
                     t_collect = time.perf_counter() - t0
                     self._iterate(batch, groups, t_collect, should_stop=lambda: stop.requested is not None,
                                   progress=progress)
+                    collector.update_policy_weights_()
                     if stop.requested:
                         raise _StopRequested
                     if self._checkpoint_due() and self.frames < cfg.train.total_frames:

@@ -391,3 +391,29 @@ def test_evaluations_do_not_change_the_training(straight, tmp_path):
     run = tmp_path / "run"
     Trainer(config("log.eval_every=0"), run_dir=run).fit()
     assert_same_state(straight, run)
+
+
+def test_ctrl_c_to_the_process_group_with_env_workers(tmp_path):
+    """A terminal's Ctrl-C reaches the env worker processes too (``env.parallel=true``): they ignore
+    it, the main process checkpoints and shuts them down, and no process of the group is left."""
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "marl_ppo.cli", "train", str(ROOT / "configs" / "simple_spread.yaml"),
+            "env.parallel=true", "env.num_envs=2", "train.total_frames=100000", "train.frames_per_batch=50",
+            "train.minibatch_size=50", "train.num_epochs=1", "train.num_threads=1", "model.hidden=[16]",
+            "log.eval_episodes=2", "log.checkpoint_every=1", "log.progress=false", "log.plot=false",
+            f"log.root={tmp_path}", "log.name=run"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)  # its own process group, as under a terminal
+    try:
+        _wait_for_iterations(run, 3, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopped by SIGINT at iteration" in err
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["iteration"] >= 3
+    time.sleep(1)
+    group = subprocess.run(["ps", "-eo", "pgid=,stat=,args="], capture_output=True, text=True).stdout.splitlines()
+    left = [ln for ln in group if ln.split()[0] == str(proc.pid) and not ln.split()[1].startswith("Z")]
+    assert not left, left
