@@ -76,7 +76,7 @@ def _plot(args: argparse.Namespace) -> int:
     from marl_ppo.plots import plot_runs
 
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "plots"
-    for path in plot_runs(args.run_dirs, out):
+    for path in plot_runs(args.run_dirs, out, metrics=args.metric):
         print(path)
     return 0
 
@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")
     p.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
+    p.add_argument("--metric", action="append", metavar="NAME",
+                   help="also plot this logged metric into metrics.png (repeatable; glob patterns such as "
+                        "'train/*/move/entropy' match several)")
     p.set_defaults(func=_plot)
     # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser
     sub.add_parser("suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot",

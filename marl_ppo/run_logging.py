@@ -18,15 +18,18 @@ __all__ = ["RunLogger", "Progress", "read_scalars", "truncate_scalars"]
 
 
 class Progress:
-    """A tqdm bar over frames: fps, mean return per group and ETA."""
+    """A tqdm bar over frames: one rate (tqdm's frames/s), ETA, and the mean return per group.
+
+    The rate is tqdm's own (smoothed over recent iterations); ``time/fps`` in the logs is the
+    exact figure per iteration.
+    """
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.bar = tqdm(total=total, initial=initial, unit="frames", disable=not enabled, dynamic_ncols=True)
+        self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True, disable=not enabled,
+                        dynamic_ncols=True)
 
-    def update(self, frames: int, returns: dict[str, float | None], fps: float) -> None:
-        post = {"fps": f"{fps:.0f}"}
-        post.update({g: f"{r:.3f}" for g, r in returns.items() if r is not None})
-        self.bar.set_postfix(post, refresh=False)
+    def update(self, frames: int, returns: dict[str, float | None]) -> None:
+        self.bar.set_postfix({g: f"{r:.3f}" for g, r in returns.items() if r is not None}, refresh=False)
         self.bar.update(frames)
 
     def close(self) -> None:

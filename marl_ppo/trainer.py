@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from torchrl.collectors import Collector
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
 from marl_ppo.aggregate import AggregatedStep
+from marl_ppo.callbacks import Callbacks
 from marl_ppo.checkpoints import (
     choose_checkpoint,
     load_checkpoint,
@@ -250,8 +251,10 @@ class Trainer:
     checkpoint resumes as a fresh start.
     """
 
-    def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False) -> None:
+    def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
+                 callbacks: Sequence[object] = ()) -> None:
         self.cfg = cfg
+        self.callbacks = Callbacks(callbacks)  # see marl_ppo.callbacks
         cfg.check_devices()
         self.run_dir = _run_dir(cfg, run_dir, resume)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -334,6 +337,15 @@ class Trainer:
         finally:
             progress.close()
             collector.shutdown()
+        try:
+            return self._finish()
+        except BaseException as err:
+            self.logger.error(err)
+            self.close()
+            raise
+
+    def _finish(self) -> dict[str, Any]:
+        """The final checkpoint, evaluation, plots and summary."""
         if self._saved_iteration != self.iteration:
             self._write(self._snapshot)
         if self._last_eval_iteration == self.iteration:  # the last iteration has just been evaluated
@@ -342,11 +354,13 @@ class Trainer:
             final = self._evaluate()
             self.logger.log(final, self.frames)
         self.close()
-        if cfg.log.plot:
+        if self.cfg.log.plot:
             from marl_ppo.plots import plot_runs
 
             plot_runs([self.run_dir], self.run_dir / "plots")
-        return self._summary(final)
+        summary = self._summary(final)
+        self.callbacks("on_run_end", self, summary)
+        return summary
 
     def _iterate(self, batch: TensorDictBase, groups: list[str], t_collect: float, *, should_stop, progress) -> None:
         """One iteration on a collected batch: rewards, advantages, update, log, evaluate, snapshot."""
@@ -354,6 +368,7 @@ class Trainer:
         t1 = time.perf_counter()
         batch = parts.reward_table(batch)
         parts.router.compute_advantages(batch)
+        self.callbacks("on_batch_collected", self, batch)
         stats = ppo_update(parts.router, parts.step, batch, num_epochs=cfg.train.num_epochs,
                            minibatch_size=cfg.train.minibatch_size, should_stop=should_stop)
         lr = self.scheduler.get_last_lr()[0]  # the rate this update used
@@ -368,8 +383,8 @@ class Trainer:
         if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0:
             metrics.update(self._evaluate())
         self.logger.log(metrics, self.frames)
-        progress.update(batch.numel(), {g: self._last_returns.get(g) for g in groups},
-                        batch.numel() / (t_collect + t_update))
+        self.callbacks("on_update_end", self, metrics)
+        progress.update(batch.numel(), {g: self._last_returns.get(g) for g in groups})
         # kept in memory: a signal during the next iteration checkpoints this one (a few MB, ~ms)
         self._snapshot = copy.deepcopy(self._state())
 
@@ -451,6 +466,7 @@ class Trainer:
             recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
         self._last_eval_iteration = self.iteration
         self._last_eval = {f"eval/{g}/episode_reward": r for g, r in returns.items()}
+        self.callbacks("on_evaluation_end", self, returns)
         return self._last_eval
 
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
@@ -478,8 +494,10 @@ class Trainer:
 
     def _write(self, state: dict[str, Any]) -> None:
         """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically; a failed write names the file."""
-        write_checkpoint(state, [self.ckpt_dir / f"iter_{state['iteration']:05d}.pt", self.ckpt_dir / "last.pt"])
+        path = self.ckpt_dir / f"iter_{state['iteration']:05d}.pt"
+        write_checkpoint(state, [path, self.ckpt_dir / "last.pt"])
         self._saved_iteration = state["iteration"]
+        self.callbacks("on_checkpoint", self, path)
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.parts.router.load_state_dict(state["router"])  # copies onto each module's device
