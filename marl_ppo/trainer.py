@@ -26,11 +26,12 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.collectors import Collector
-from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
+from torchrl.envs import EnvBase
 
 from marl_ppo.aggregate import AggregatedStep
 from marl_ppo.config import Config, to_yaml
-from marl_ppo.envs import make_env
+from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
+from marl_ppo.evaluation import evaluate
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
@@ -61,12 +62,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build(cfg: Config) -> Parts:
-    """Env, group specs, validated reward table, router and optimizer step from a config."""
+def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
+    """Env, group specs, validated reward table, router and optimizer step from a config.
+
+    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
+    """
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
-    env = make_env(cfg.env, seed=cfg.train.seed)
+    env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
     groups = read_group_specs(env)
     table = (
         RewardTable.from_dict(cfg.reward_table)
@@ -198,38 +202,25 @@ def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float
     return out
 
 
-@torch.no_grad()
-def evaluate(policy, env: EnvBase, max_steps: int, groups: list[str], *, callback=None) -> dict[str, float]:
-    """Deterministic-action rollout of ``max_steps``; mean return of completed episodes per group.
-
-    ``callback(env, td)`` is called after the reset and after every step (e.g. to grab video frames).
-    """
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
-        td = env.reset()
-        if callback is not None:
-            callback(env, td)
-        td = env.rollout(max_steps, policy, auto_reset=False, tensordict=td, break_when_any_done=False,
-                         callback=callback)
-    returns = episode_returns(td, groups)
-    if not returns:  # no episode ended: report the return so far
-        nxt = td.get("next")
-        returns = {g: nxt.get((g, "episode_reward"))[..., -1, :, :].mean().item() for g in groups}
-    return returns
-
-
 class Trainer:
     """Runs a config into a run directory: resolved config, reward table, logs, checkpoints, plots.
 
     ``resume=True`` continues the run in ``run_dir`` from its last checkpoint: counters,
     parameters, optimizer, schedules and RNG states carry on; the env restarts its episodes.
+    ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
+    ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
+    Everything is built and checked before the run directory is created.
     """
 
-    def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False) -> None:
+    def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
+                 env_fn: EnvFactory | None = None) -> None:
+        cfg = record_factory(cfg, env_fn)
         self.cfg = cfg
+        self.env_fn = env_fn
         self.run_dir = _run_dir(cfg, run_dir, resume)
+        self.parts = build(cfg, env_fn=env_fn)  # a bad env, table or model fails before the run directory exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.parts = build(cfg)
         self.iteration = 0
         self.frames = 0
         self._last_eval_iteration: int | None = None
@@ -336,16 +327,18 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         cfg = self.cfg
         if not hasattr(self, "_eval_env"):
-            n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
+            n = eval_num_envs(cfg.env, cfg.log.eval_episodes)
             # on the policy's device, as the collector puts the training env
-            self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n).to(cfg.train.device)
+            self._eval_env = make_env(cfg.env, seed=cfg.train.seed + 10_000, num_envs=n,
+                                      env_fn=self.env_fn).to(cfg.train.device)
         recorder = FrameRecorder() if cfg.log.video else None
-        returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
-                           callback=recorder)
+        result = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
+                          episodes=cfg.log.eval_episodes, callback=recorder)
         if recorder is not None:
             recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
         self._last_eval_iteration = self.iteration
-        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in returns.items()}
+        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
+        self._last_eval["eval/episodes"] = result.episodes
         return self._last_eval
 
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
@@ -417,10 +410,12 @@ def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
     return path
 
 
-def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None):
+def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
+                env_fn: EnvFactory | None = None):
     """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
 
-    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``).
+    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
+    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
     """
     from dataclasses import replace
 
@@ -430,7 +425,7 @@ def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str
     cfg = from_yaml((run_dir / "config.yaml").read_text())
     if device is not None:
         cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
-    parts = build(cfg)
+    parts = build(cfg, env_fn=env_fn)
     state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=False, map_location="cpu")
     parts.router.load_state_dict(state["router"])
     return cfg, parts

@@ -21,14 +21,14 @@ from torchrl.envs import EnvBase
 
 from marl_ppo.config import EnvConfig
 from marl_ppo.envs.comm import CommAdapter
-from marl_ppo.envs.custom import EnvFactory, factory_path, load_factory, make_custom
+from marl_ppo.envs.custom import EnvFactory, factory_path, load_factory, make_custom, record_factory
 from marl_ppo.envs.pettingzoo import classic_tasks, make_pettingzoo, mpe_tasks, pettingzoo_tasks
 from marl_ppo.envs.transforms import FlatObservation, with_episode_returns
 from marl_ppo.envs.vmas import make_vmas, vmas_scenarios
 
 __all__ = [
     "make_env", "vmas_scenarios", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "FlatObservation",
-    "CommAdapter", "EnvFactory", "load_factory", "factory_path",
+    "CommAdapter", "EnvFactory", "load_factory", "factory_path", "record_factory", "eval_num_envs",
 ]
 
 
@@ -47,3 +47,12 @@ def make_env(cfg: EnvConfig, *, seed: int = 0, device: str | torch.device | None
     else:
         env = make_pettingzoo(cfg, seed=seed, num_envs=num_envs)
     return with_episode_returns(env)
+
+
+def eval_num_envs(cfg: EnvConfig, episodes: int) -> int:
+    """How many env copies an evaluation of ``episodes`` episodes runs on.
+
+    Vectorized envs (VMAS, a custom factory that takes ``num_envs``) run them all at once;
+    PettingZoo copies are separate games, at most ``env.num_envs`` of them.
+    """
+    return min(episodes, cfg.num_envs) if cfg.kind == "pettingzoo" else episodes
