@@ -121,7 +121,7 @@ def factory_path(fn: EnvFactory) -> str | None:
 
 def factory_arguments(fn: EnvFactory, kwargs: dict[str, Any], **system: Any) -> dict[str, Any]:
     """``kwargs`` plus the ``system`` arguments (num_envs, device, seed, max_steps) ``fn`` names."""
-    name = getattr(fn, "__qualname__", repr(fn))
+    name = getattr(fn, "__name__", repr(fn))
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C callable: pass what the config says

@@ -189,9 +189,11 @@ def _import_env_module(path: str):
                 siblings = []
             close = difflib.get_close_matches(leaf, siblings, n=3)
             hint = f"; {parent} has {close}" if close else ""
-        extra = "" if err.name == path or path.startswith(f"{err.name}.") else (
-            f" (the module imports {err.name!r}, which is not installed: for PettingZoo's families, "
-            "pip install 'pettingzoo[butterfly]' / 'pettingzoo[sisl]')")
+        extra = ""
+        if err.name != path and not path.startswith(f"{err.name}."):
+            family = path.split(".")[1] if path.startswith("pettingzoo.") and path.count(".") >= 2 else None
+            how = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides {err.name}"
+            extra = f" (the module imports {err.name!r}, which is not installed: {how})"
         raise ConfigError(f"env.scenario {path!r}: cannot import {err.name!r}{extra}{hint}") from err
     except ImportError as err:
         raise ConfigError(f"env.scenario {path!r}: importing it failed: {err}") from err
@@ -218,18 +220,19 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     module = importlib.import_module(path)
     parallel = callable(getattr(module, "parallel_env", None))
     ctor = module.parallel_env if parallel else module.env
+    where = f"{path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
     kwargs = dict(kwargs)
     if "max_cycles" not in kwargs and _accepts_max_cycles(module):
         try:
             game = ctor(max_cycles=max_steps, **kwargs)
         except TypeError as err:
             if "max_cycles" not in str(err):
-                raise ConfigError(f"env.scenario {path!r}: {ctor.__name__}(**env.kwargs) failed: {err}") from err
+                raise ConfigError(f"env.scenario {path!r}: {where} failed: {err}") from err
             game = ctor(**kwargs)  # its episodes end on their own
     else:
         try:
             game = ctor(**kwargs)
         except TypeError as err:
-            raise ConfigError(f"env.scenario {path!r}: {ctor.__name__}(**env.kwargs) failed: {err}") from err
+            raise ConfigError(f"env.scenario {path!r}: {where} failed: {err}") from err
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
