@@ -6,6 +6,8 @@
 * classic turn-based games (``tictactoe_v3``, ``connect_four_v3``, from ``pettingzoo.classic``,
   AEC API): each player is its own group by default; ``env.kwargs.group_map: all_in_one_group``
   puts both players in one group ``agents`` with one shared policy (self-play);
+* a PettingZoo registry id (``butterfly/knights_archers_zombies-v11``, ``sisl/pursuit-v5``; parallel
+  API where the registry has it), with the same options as an import path below;
 * an import path to any module with ``parallel_env`` (preferred) or ``env`` (AEC):
   ``pettingzoo.butterfly.knights_archers_zombies_v11``, ``pettingzoo.sisl.pursuit_v5``, a
   package of your own. ``env.kwargs`` go to that constructor, and ``env.max_steps`` as
@@ -89,6 +91,10 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
 def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     """``make(seed) -> EnvBase``: one wrapped copy of the env, checked where it can be here."""
     kwargs = dict(cfg.kwargs)
+    if "/" in cfg.scenario:
+        group_map_name = _pop_group_map(kwargs, default=None)
+        _registry_spec(cfg.scenario)
+        return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs)
     if "." in cfg.scenario:
         group_map_name = _pop_group_map(kwargs, default=None)
         module = _import_env_module(cfg.scenario)
@@ -215,24 +221,59 @@ def _accepts_max_cycles(module) -> bool:
     return any(p.name == "max_cycles" or p.kind is p.VAR_KEYWORD for p in params)
 
 
+def _construct(make: Callable[..., Any], kwargs: dict, max_steps: int, takes_max_cycles: bool, where: str) -> Any:
+    """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it."""
+    if "max_cycles" not in kwargs and takes_max_cycles:
+        try:
+            return make(max_cycles=max_steps, **kwargs)
+        except TypeError as err:
+            if "max_cycles" not in str(err):
+                raise ConfigError(f"{where} failed: {err}") from err
+            # a **kwargs that does not take it after all: its episodes end on their own
+    try:
+        return make(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"{where} failed: {err}") from err
+
+
 def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
     """One copy of the env of module ``path``: parallel API if it has one, else AEC."""
     module = importlib.import_module(path)
     parallel = callable(getattr(module, "parallel_env", None))
     ctor = module.parallel_env if parallel else module.env
-    where = f"{path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
-    kwargs = dict(kwargs)
-    if "max_cycles" not in kwargs and _accepts_max_cycles(module):
-        try:
-            game = ctor(max_cycles=max_steps, **kwargs)
-        except TypeError as err:
-            if "max_cycles" not in str(err):
-                raise ConfigError(f"env.scenario {path!r}: {where} failed: {err}") from err
-            game = ctor(**kwargs)  # its episodes end on their own
-    else:
-        try:
-            game = ctor(**kwargs)
-        except TypeError as err:
-            raise ConfigError(f"env.scenario {path!r}: {where} failed: {err}") from err
+    where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
+    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
+    return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+
+
+def _registry_spec(env_id: str):
+    """PettingZoo's registry entry for ``env_id`` (parallel if it has one), its module importable."""
+    import pettingzoo
+
+    spec = pettingzoo.parallel_registry.get(env_id) or pettingzoo.aec_registry.get(env_id)
+    if spec is None:
+        known = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+        raise unknown_name("PettingZoo registry id", env_id, known)
+    module = spec.entry_point.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(
+            f"env.scenario {env_id!r}: its module {module} imports {getattr(err, 'name', None) or err}, which is "
+            f"not installed: pip install 'pettingzoo[{spec.namespace}]'"
+        ) from err
+    return spec
+
+
+def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
+    """One copy of a registered env (``butterfly/knights_archers_zombies-v11``), parallel API if it has one."""
+    import pettingzoo
+
+    spec = _registry_spec(env_id)
+    parallel = env_id in pettingzoo.parallel_registry
+    takes_max_cycles = spec.max_cycles is not None or _accepts_max_cycles(
+        importlib.import_module(spec.entry_point.partition(":")[0]))
+    make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
+    game = _construct(make, kwargs, max_steps, takes_max_cycles, f"pettingzoo.make({env_id!r}, **env.kwargs)")
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
