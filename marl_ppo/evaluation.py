@@ -39,7 +39,7 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
 
     Stops after ``(episodes per copy + 1) * max_steps`` steps at most (an env whose episodes never
     end); ``EvalResult.episodes`` is then the number that did. ``callback(env, td)`` is called after
-    the reset and after every step (e.g. to grab video frames).
+    the reset and after every step but the last (e.g. to grab video frames).
     """
     copies = max(env.batch_size.numel(), 1)
     quota = torch.full((copies,), episodes // copies, dtype=torch.long)
@@ -54,8 +54,6 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
         for _ in range((int(quota.max()) + 1) * max_steps):
             td = policy(td) if policy is not None else env.rand_action(td)
             td, td_next = env.step_and_maybe_reset(td)
-            if callback is not None:
-                callback(env, td)
             nxt = td.get("next")
             done = nxt.get("done").reshape(copies).cpu()
             count = done & (ended < quota)
@@ -66,6 +64,8 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
             ended += done.long()
             if bool((ended >= quota).all()):
                 break
+            if callback is not None:  # as torchrl's rollout: not after the last step
+                callback(env, td)
             td = td_next
     if counted == 0:  # no episode ended: report the return so far
         returns = {g: nxt.get((g, "episode_reward")).mean().item() for g in groups}

@@ -113,6 +113,8 @@ def factory_path(fn: EnvFactory) -> str | None:
     if not qualname or not module_name or "<" in qualname:
         return None
     module = sys.modules.get(module_name)
+    if module is None:  # e.g. code run with exec: no module to import it from again
+        return None
     file = getattr(module, "__file__", None)
     if module_name == "__main__" or module_name.startswith("marl_ppo_factory_"):
         return f"{Path(file).resolve()}:{qualname}" if file else None
