@@ -133,3 +133,12 @@ def unreadable_specs() -> EnvBase:
     env.group_map = {**env.group_map, "ghost": ["ghost_0"]}
     return env
 
+
+
+def image_observations() -> EnvBase:
+    """A group whose observation is a [3, 8, 8] picture per agent."""
+    env = DepotEnv(num_envs=2)
+    spec = env.observation_spec.clone()
+    spec["scout", "observation"] = Unbounded((2, 1, 3, 8, 8))
+    env.observation_spec = spec
+    return env

@@ -136,10 +136,12 @@ BROKEN = "raise RuntimeError('this module is broken')\n"
         ("custom_envs:not_an_env", ConfigError, ["returned builtins.dict; expected a torchrl EnvBase with a group_map"]),
         ("custom_envs:no_groups", GroupSpecError, ["custom_envs:no_groups", "_NoGroups has no group_map"]),
         ("custom_envs:unreadable_specs", GroupSpecError, ["group 'ghost' has no observation entry", "'crew'"]),
+        ("custom_envs:image_observations", GroupSpecError, ["group 'scout': observation ('scout', 'observation') "
+                                                            "has per-step shape [1, 3, 8, 8], an image"]),
         (None, ConfigError, ["env.kind=custom needs env.factory"]),
     ],
     ids=["no-module", "no-attribute", "no-file", "file-raises", "no-colon", "not-callable", "not-an-env",
-         "no-group-map", "unreadable-specs", "no-factory"],
+         "no-group-map", "unreadable-specs", "image", "no-factory"],
 )
 def test_bad_factory_fails_before_a_run_directory(tmp_path, factory, error, expected):
     (tmp_path / "broken.py").write_text(BROKEN)

@@ -160,7 +160,7 @@ def make_custom(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch
             "For a PettingZoo env, use env.kind=pettingzoo with env.scenario set to its module's import path."
         )
     try:
-        read_group_specs(env)
+        _check_flat_observations(read_group_specs(env))
     except GroupSpecError as err:
         raise GroupSpecError(f"env factory {name}: {err}") from None
     if "seed" not in args:
@@ -169,6 +169,23 @@ def make_custom(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch
         except NotImplementedError:  # an env without _set_seed: seeded by the global torch seed
             pass
     return env
+
+
+def _check_flat_observations(groups: dict) -> None:
+    """Policies read one flat vector per agent: ``(g, "observation")`` ``[*B, n_agents, obs_dim]``."""
+    for g, spec in groups.items():
+        if len(spec.observation_keys) != 1:
+            raise GroupSpecError(
+                f"group {g!r} has several observation entries {list(spec.observation_keys)}; marl_ppo's policies "
+                "read one flat vector per agent: concatenate them in the env (or a torchrl Transform)"
+            )
+        shape = list(spec.observation_shape or ())
+        if len(shape) != 2:
+            what = "an image" if len(shape) >= 4 else "not a flat vector"
+            raise GroupSpecError(
+                f"group {g!r}: observation {spec.observation_keys[0]} has per-step shape {shape}, {what}; "
+                "expected [n_agents, obs_dim] (marl_ppo has no image encoder yet: flatten it or encode it in the env)"
+            )
 
 
 def absolute_factory(spec: str) -> str:
