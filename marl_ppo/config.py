@@ -246,7 +246,7 @@ class Config:
             raise ConfigError(f"log.video renders VMAS envs only; env.kind is {self.env.kind!r}")
 
     def run_name(self) -> str:
-        env = self.env.scenario.rpartition(".")[2]  # an import path: its module's name
+        env = self.env.scenario.rpartition(".")[2].rpartition("/")[2]  # an import path or registry id: its name
         if self.env.kind == "custom":
             env = (self.env.factory or "custom").rpartition(":")[2].rpartition(".")[2]
         return self.log.name or f"{env}-{self.loss.algorithm}-seed{self.train.seed}"

@@ -166,3 +166,27 @@ def test_bad_factory_through_the_cli_prints_one_line_and_leaves_nothing(tmp_path
 def test_factory_needs_kind_custom():
     with pytest.raises(ConfigError, match=r"env.factory is set \('custom_envs:make_depot'\) but env.kind is 'vmas'"):
         load_config(overrides=["env.factory=custom_envs:make_depot"])
+
+
+def test_unnamed_env_fn_warns_and_load_policy_takes_it_back(tmp_path):
+    def local_factory(num_envs: int, seed: int) -> custom_envs.DepotEnv:  # a closure: no import path
+        return custom_envs.DepotEnv(num_envs=num_envs, seed=seed)
+
+    with pytest.warns(UserWarning, match="cannot be named in the run's config.yaml"):
+        trainer = Trainer(load_config(overrides=TINY), run_dir=tmp_path / "run", env_fn=local_factory)
+    trainer.fit()
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["env"]["factory"] is None
+    with pytest.raises(ConfigError, match=r"needs that function again: load_policy\(run_dir, env_fn=\.\.\.\)"):
+        load_policy(tmp_path / "run")
+    _, parts = load_policy(tmp_path / "run", env_fn=local_factory)
+    assert list(parts.groups) == ["crew", "scout"]
+
+
+def test_run_names_come_from_the_env():
+    names = {
+        "env.kind=custom env.factory=tests/custom_envs.py:make_depot": "make_depot-mappo-seed0",
+        "env.kind=pettingzoo env.scenario=sisl/pursuit-v5": "pursuit-v5-mappo-seed0",
+        "env.kind=pettingzoo env.scenario=pettingzoo.sisl.pursuit_v5": "pursuit_v5-mappo-seed0",
+    }
+    for overrides, name in names.items():
+        assert load_config(overrides=overrides.split()).run_name() == name

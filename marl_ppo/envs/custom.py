@@ -147,7 +147,11 @@ def make_custom(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch
     """The env ``env_fn`` (or the factory ``cfg.factory`` names) returns, checked to be a multi-agent env."""
     if env_fn is None:
         if not cfg.factory:
-            raise ConfigError("env.kind=custom needs env.factory ('package.module:callable' or 'file.py:callable')")
+            raise ConfigError(
+                "env.kind=custom needs env.factory ('package.module:callable' or 'path/to/file.py:callable'); "
+                "a run trained with Trainer(cfg, env_fn=...) on a function its config could not name needs that "
+                "function again: load_policy(run_dir, env_fn=...) or Trainer(cfg, run_dir, resume=True, env_fn=...)"
+            )
         env_fn = load_factory(cfg.factory)
     name = cfg.factory or factory_path(env_fn) or repr(env_fn)
     args = factory_arguments(env_fn, dict(cfg.kwargs), num_envs=num_envs, device=device or cfg.device,
