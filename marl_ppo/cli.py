@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run and average (VMAS: one vectorized batch; PettingZoo: shared out "
+    p.add_argument("--episodes", type=int, default=10,
+                   help="episodes to run and average, exactly (VMAS: one vectorized batch; PettingZoo: shared out "
                    "between at most env.num_envs copies)")
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
