@@ -1,4 +1,4 @@
-"""A custom torchrl env with a composite action, trained with the public API directly (no Trainer).
+"""Your own torchrl env through the Trainer: config from Python, checkpoints, evaluation, plots.
 
 The env is defined here: ``CargoCrewEnv``, a batched ``EnvBase`` with one group ``crew`` of two
 agents. Each agent sees the vector to its goal and the type of the parcel it holds (one-hot); its
@@ -7,21 +7,22 @@ the goal and pick the shelf that matches the parcel. Reward per agent and step:
 ``-distance to goal + 0.5 * (pick == parcel type)``. The env also writes a root ``team_bonus``
 (1 when both agents picked right) that nobody trains on unless the reward table says so.
 
-The pieces, in the order the trainer wires them:
+All it takes to train it:
 
-1. ``read_group_specs(env)``: the group, its observation keys and its two action heads;
-2. ``RewardTable(...).bind(groups, env)``: ``crew`` <- own reward + 0.5 x ``team_bonus`` (a root
-   signal broadcast to the agents), validated against the env's specs and printed;
-3. ``GroupRouter.from_specs``: the actor (tanh-normal ``move`` head + categorical ``pick`` head) and
-   the centralised critic, one MAPPO loss per group (here one group), per-head entropy coefficients;
-4. ``AggregatedStep``: one Adam over the router's parameters, one backward and step per minibatch;
-5. the loop: ``env.rollout`` (sampling actions) -> bound table -> ``router.compute_advantages`` -> shuffled minibatches.
+1. a factory, ``make_cargo_crew(num_envs, seed, max_steps)``: the trainer passes those of
+   ``num_envs``, ``device``, ``seed`` and ``max_steps`` its signature names (the evaluation env gets
+   its own ``num_envs`` and ``seed``);
+2. a config, here built in Python, with a reward table row ``crew <- own reward + 0.5 x team_bonus``;
+3. ``Trainer(cfg, env_fn=make_cargo_crew).fit()``: logs, evaluation, checkpoints and plots land in a
+   run directory whose ``config.yaml`` names the factory (``env.factory: /.../custom_dict_env.py:make_cargo_crew``),
+   so ``marl-ppo eval RUN`` and ``marl-ppo train --resume RUN`` rebuild the env from it alone.
 
-It prints the episode return (raw env reward) per iteration and first vs last.
+From the command line, the same run is
+``marl-ppo train env.kind=custom env.factory=examples/custom_dict_env.py:make_cargo_crew ...``.
 
 Run::
 
-    .venv/bin/python examples/custom_dict_env.py             # ~10 s on 2 CPU cores
+    .venv/bin/python examples/custom_dict_env.py             # ~10 s on 2 CPU cores (return -15.5 -> 4.8)
     .venv/bin/python examples/custom_dict_env.py --tiny      # seconds (smoke test)
 """
 from __future__ import annotations
@@ -33,9 +34,11 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
+from torchrl.envs import EnvBase
 
-from marl_ppo import AggregatedStep, GroupRouter, RewardTable, own, read_group_specs, signal
+from marl_ppo.config import load_config
+from marl_ppo.run_logging import read_scalars
+from marl_ppo.trainer import Trainer
 
 
 class CargoCrewEnv(EnvBase):
@@ -119,73 +122,51 @@ class CargoCrewEnv(EnvBase):
         self._rng.manual_seed(0 if seed is None else seed)
 
 
-def main(argv: list[str] | None = None) -> list[float]:
+def make_cargo_crew(num_envs: int, seed: int, max_steps: int) -> CargoCrewEnv:
+    """The factory the trainer calls (for training, and again for evaluation)."""
+    return CargoCrewEnv(num_envs=num_envs, max_steps=max_steps, seed=seed)
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: smoke-test sizes")
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=20, help="episode length (one episode per iteration)")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--minibatch", type=int, default=320, help="env steps per minibatch")
-    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--out", default="runs", help="folder for returns.json and the final weights")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    parser.add_argument("--out", default="runs", help="parent folder of the run directory")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if args.tiny:
-        args.iterations, args.num_envs, args.max_steps, args.minibatch = 4, 8, 10, 40
-    torch.manual_seed(args.seed)
+        args.iterations, args.num_envs, args.max_steps = 4, 8, 10
+    frames = args.num_envs * args.max_steps  # one episode per iteration
+    cfg = load_config(overrides=[
+        f"env.num_envs={args.num_envs}", f"env.max_steps={args.max_steps}",
+        f"train.frames_per_batch={frames}", f"train.total_frames={frames * args.iterations}",
+        "train.num_epochs=4", f"train.minibatch_size={min(320, frames)}", "train.lr=3e-3",
+        f"train.seed={args.seed}", f"train.num_threads={args.threads}",
+        "model.hidden=[64, 64]", "loss.head_entropy_coeff={move: 0.0, pick: 0.01}",
+        f"log.root={args.out}", "log.eval_every=0", "log.eval_episodes=16", "log.progress=false",
+    ])
+    cfg.reward_table = {"crew": {"reward": [{"own": 1.0}, {"key": "team_bonus", "weight": 0.5}]}}
+    trainer = Trainer(cfg, env_fn=make_cargo_crew)  # everything is checked before the run directory exists
+    group = trainer.parts.groups["crew"]
+    heads = dict(group.agent_action_spec.items())
+    print(f"group 'crew': agents {list(group.agents)}, observation {list(group.observation_shape)}, action heads "
+          + ", ".join(f"{k}: {type(v).__name__}{list(v.shape)}" for k, v in heads.items()))
+    print(trainer.parts.reward_table)
+    print(f"env.factory recorded in {trainer.run_dir / 'config.yaml'}: {trainer.cfg.env.factory}")
+    summary = trainer.fit()
 
-    env = CargoCrewEnv(num_envs=args.num_envs, max_steps=args.max_steps, seed=args.seed)
-    groups = read_group_specs(env)
-    for g, spec in groups.items():
-        heads = dict(spec.agent_action_spec.items())
-        print(f"group {g!r}: agents {list(spec.agents)}, observation {spec.observation_keys} "
-              f"{list(spec.observation_shape)}, action heads "
-              + ", ".join(f"{k}: {type(v).__name__}{list(v.shape)}" for k, v in heads.items()))
-
-    table = RewardTable({"crew": [own(1.0), signal("team_bonus", weight=0.5)]}).bind(groups, env)
-    print(table)
-
-    router = GroupRouter.from_specs(groups, algorithm="mappo", hidden=(64, 64),
-                                   head_entropy_coeff={"move": 0.0, "pick": 0.01})
-    step = AggregatedStep(router, lr=args.lr, max_grad_norm=1.0)
-
-    returns = []
-    for it in range(args.iterations):
-        # A rollout starts with a reset and lasts one episode: [num_envs, max_steps]. The actor's
-        # default interaction type is deterministic (the mode): sample explicitly, as collectors do.
-        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-            batch = table(env.rollout(args.max_steps, router.policy, break_when_any_done=False))
-        router.compute_advantages(batch)  # per group, on ("crew", "advantage"), [B, T, n, 1]
-        flat = batch.reshape(-1)
-        size = min(args.minibatch, flat.shape[0])
-        for _ in range(args.epochs):
-            perm = torch.randperm(flat.shape[0])
-            for idx in perm.split(size):
-                if len(idx) < size:  # drop the ragged last minibatch
-                    continue
-                losses = router(flat[idx])  # TensorDict {group: {loss_*, diagnostics}}
-                stats = step(losses)        # one backward, one clip, one step
-        ret = batch.get(("next", "crew", "reward")).sum(dim=1).mean().item()  # sum over time, mean over envs/agents
-        returns.append(ret)
-        diag = losses.get("crew")
-        print(f"iter {it + 1:3d}  return {ret:8.3f}  both picked right {batch['next', 'team_bonus'].mean().item():.2f}"
-              f"  entropy move {diag['move', 'entropy'].item():.3f} pick {diag['pick', 'entropy'].item():.3f}  "
-              f"loss {stats['loss'].item():.3f}")
-
+    returns = [v for _, v in read_scalars(trainer.run_dir)["collect/crew/episode_reward"]]
     k = max(1, len(returns) // 5)
     first, last = sum(returns[:k]) / k, sum(returns[-k:]) / k
     print(f"\nreturn: first {k} iterations {first:.3f} -> last {k} iterations {last:.3f} "
-          f"({'rising' if last > first else 'not rising'})")
-    out = Path(args.out) / "custom_dict_env"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "returns.json").write_text(json.dumps({"returns": returns, "first": first, "last": last}))
-    torch.save(router.state_dict(), out / "router.pt")
-    print(f"wrote {out / 'returns.json'} and {out / 'router.pt'}")
-    return returns
+          f"({'rising' if last > first else 'not rising'}); evaluation over {summary['eval/episodes']} episodes "
+          f"{summary['eval/crew/episode_reward']:.3f}")
+    (trainer.run_dir / "returns.json").write_text(json.dumps({"returns": returns, "first": first, "last": last}))
+    print(f"run directory: {trainer.run_dir} (marl-ppo eval {trainer.run_dir})")
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """marl_ppo: multi-agent PPO on torchrl, one PPO loss per agent group, one optimizer step."""
 from marl_ppo.aggregate import AggregatedStep, total_loss, unique_parameters
-from marl_ppo.groups import GroupKeys, GroupSpec, read_group_specs
+from marl_ppo.groups import GroupKeys, GroupSpec, GroupSpecError, read_group_specs
 from marl_ppo.reward_table import (
     BoundRewardTable,
     RewardTable,
@@ -18,6 +18,7 @@ __all__ = [
     "unique_parameters",
     "GroupKeys",
     "GroupSpec",
+    "GroupSpecError",
     "read_group_specs",
     "BoundRewardTable",
     "RewardTable",

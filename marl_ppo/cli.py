@@ -45,8 +45,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from marl_ppo.envs import make_env
-    from marl_ppo.trainer import evaluate, load_policy
+    from marl_ppo.envs import eval_num_envs, make_env
+    from marl_ppo.evaluation import evaluate
+    from marl_ppo.trainer import load_policy
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
     recorder = None
@@ -57,15 +58,17 @@ def _eval(args: argparse.Namespace) -> int:
 
         recorder = FrameRecorder()
     n = args.episodes
-    env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=n if cfg.env.kind == "vmas" else min(n, 8))
+    env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=eval_num_envs(cfg.env, n))
     env = env.to(cfg.train.device)  # where the policy is
     try:
-        returns = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), callback=recorder)
+        out = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), episodes=n,
+                       callback=recorder)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
         for e in (env, parts.env):
             if not e.is_closed:
                 e.close()
-    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episode_reward": returns}
+    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episodes": out.episodes,
+              "episode_reward": out.returns}
     if recorder is not None:
         result["video"] = str(recorder.save(args.video))
     print(json.dumps(result, indent=2))
@@ -92,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (VMAS: one vectorized batch)")
+    p.add_argument("--episodes", type=int, default=10,
+                   help="episodes to run and average, exactly (VMAS: one vectorized batch; PettingZoo: shared out "
+                   "between at most env.num_envs copies)")
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
     p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")

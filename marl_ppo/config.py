@@ -73,9 +73,14 @@ class EnvConfig:
     """Which environment to train in.
 
     Attributes:
-        kind: ``vmas`` or ``pettingzoo`` (MPE tasks from ``mpe2``, classic games from ``pettingzoo.classic``).
-        scenario: VMAS scenario name (``navigation``), PettingZoo MPE task (``simple_spread_v3``) or
-            classic game (``tictactoe_v3``).
+        kind: ``vmas``, ``pettingzoo`` (MPE tasks from ``mpe2``, classic games, or any PettingZoo env
+            by import path) or ``custom`` (your own env, from ``env.factory``).
+        scenario: VMAS scenario name (``navigation``), PettingZoo MPE task (``simple_spread_v3``),
+            classic game (``tictactoe_v3``) or the import path of a PettingZoo env module
+            (``pettingzoo.sisl.pursuit_v5``). Unused by ``custom``.
+        factory: ``custom`` only: the callable that returns the env, ``package.module:callable``
+            or ``path/to/file.py:callable``; it gets ``env.kwargs`` and those of ``num_envs``,
+            ``device``, ``seed`` and ``max_steps`` its signature names.
         num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
         parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
             instead of one after another in this process (``SerialEnv``); same seeds, same data.
@@ -85,13 +90,14 @@ class EnvConfig:
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
         device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
-        kwargs: scenario keyword arguments (e.g. ``n_agents: 3``). They belong to the scenario:
-            a file or override that changes ``env.scenario`` without giving ``env.kwargs`` starts
-            from none (the scenario's own defaults).
+        kwargs: scenario (or factory) keyword arguments (e.g. ``n_agents: 3``). They belong to the
+            scenario: a file or override that changes ``env.kind``, ``env.scenario`` or
+            ``env.factory`` without giving ``env.kwargs`` starts from none (the env's own defaults).
     """
 
     kind: str = "vmas"
     scenario: str = "navigation"
+    factory: Optional[str] = None
     num_envs: int = 60
     parallel: bool = False
     max_steps: int = 100
@@ -108,7 +114,9 @@ class EnvConfig:
         return self.kind == "vmas" or (self.kind == "pettingzoo" and self.scenario.startswith("simple"))
 
     def __post_init__(self) -> None:
-        _choice("env.kind", self.kind, ("vmas", "pettingzoo"))
+        _choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
+        if self.factory is not None and self.kind != "custom":
+            raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
         _at_least("env.num_envs", self.num_envs, 1)
         _at_least("env.max_steps", self.max_steps, 1)
         if self.kind == "vmas":
@@ -122,7 +130,7 @@ class EnvConfig:
             for name, value in vmas_only.items():
                 if value:
                     raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
-            if self.device != "cpu":
+            if self.kind == "pettingzoo" and self.device != "cpu":
                 raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")
 
 
@@ -260,7 +268,8 @@ class LogConfig:
         name: run directory name (default: ``<scenario>-<algorithm>-seed<seed>``).
         loggers: any of ``csv``, ``tensorboard``, ``wandb``, ``mlflow``.
         eval_every: evaluate every K iterations (0: only at the end).
-        eval_episodes: deterministic evaluation episodes (VMAS: one vectorized batch).
+        eval_episodes: deterministic evaluation episodes, exactly this many (VMAS: one vectorized
+            batch; PettingZoo: shared out between at most ``env.num_envs`` copies).
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
@@ -347,7 +356,10 @@ class Config:
         _device("env.device", self.env.device)
 
     def run_name(self) -> str:
-        return self.log.name or f"{self.env.scenario}-{self.loss.algorithm}-seed{self.train.seed}"
+        env = self.env.scenario.rpartition(".")[2].rpartition("/")[2]  # an import path or registry id: its name
+        if self.env.kind == "custom":
+            env = (self.env.factory or "custom").rpartition(":")[2].rpartition(".")[2]
+        return self.log.name or f"{env}-{self.loss.algorithm}-seed{self.train.seed}"
 
 
 def _known_keys() -> list[str]:
@@ -374,8 +386,10 @@ def _merge_layer(base, layer, *, replace_kwargs: bool):
     ``env.kwargs.n_agents=4`` for the same scenario add to them; a new scenario without kwargs
     starts from none.
     """
-    scenario = OmegaConf.select(layer, "env.scenario")
-    changes_scenario = scenario is not None and scenario != base.env.scenario
+    changes_scenario = any(
+        OmegaConf.select(layer, f"env.{name}") not in (None, OmegaConf.select(base, f"env.{name}"))
+        for name in ("kind", "scenario", "factory")
+    )
     merged = OmegaConf.merge(base, layer)
     layer_kwargs = OmegaConf.select(layer, "env.kwargs")
     if layer_kwargs is not None and (replace_kwargs or changes_scenario):

@@ -22,7 +22,11 @@ from tensordict.utils import NestedKey
 from torchrl.data import Composite, OneHot, TensorSpec
 from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
-__all__ = ["GroupKeys", "GroupSpec", "group_map", "read_group_specs"]
+__all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs"]
+
+
+class GroupSpecError(ValueError):
+    """An env whose specs do not describe agent groups in torchrl's multi-agent layout."""
 
 # Entries under a group's observation spec that are not inputs to the policy.
 _NON_INPUT_OBS = frozenset({"info", "mask", "action_mask", "episode_reward"})
@@ -130,7 +134,7 @@ def group_map(env: EnvBase) -> dict[str, list[str]]:
     if isinstance(gm, (list, tuple)):
         gm = gm[0] if gm else None
     if not gm:
-        raise ValueError(
+        raise GroupSpecError(
             f"{type(env).__name__} has no group_map: marl_ppo needs a multi-agent env in "
             "torchrl's layout (VmasEnv, PettingZooWrapper, or an EnvBase with a group_map)."
         )
@@ -152,7 +156,7 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
     specs: dict[str, GroupSpec] = {}
     for group, agents in groups.items():
         if group not in obs_spec.keys():
-            raise ValueError(
+            raise GroupSpecError(
                 f"group {group!r} has no observation entry in the env's observation spec; "
                 f"the spec has {sorted(map(str, obs_spec.keys()))}"
             )
@@ -163,10 +167,10 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             if k not in _NON_INPUT_OBS
         )
         if not obs_keys:
-            raise ValueError(f"group {group!r} has no observation to feed a policy")
+            raise GroupSpecError(f"group {group!r} has no observation to feed a policy")
         action_key = (group, "action")
         if action_key not in act_spec.keys(include_nested=True):
-            raise ValueError(
+            raise GroupSpecError(
                 f"group {group!r} has no action at {action_key}; "
                 f"action keys are {list(act_spec.keys(True, True))}"
             )
@@ -200,7 +204,7 @@ def _check_action_mask(group: str, mask_spec: TensorSpec, action_spec: TensorSpe
     if isinstance(action_spec, Composite) or not isinstance(n_choices, int):
         return  # composite or multi-discrete: refused by the policy builder, which says why
     if mask_spec.dtype != torch.bool or mask_spec.shape[-1] != n_choices:
-        raise ValueError(
+        raise GroupSpecError(
             f"group {group!r}: action mask ({group}, 'action_mask') of shape {list(mask_spec.shape)} and dtype "
             f"{mask_spec.dtype} does not match its action ({type(action_spec).__name__} of shape "
             f"{list(action_spec.shape)}): expected a bool mask with one entry per choice"

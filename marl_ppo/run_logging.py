@@ -25,7 +25,7 @@ class Progress:
     """
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True, disable=not enabled,
+        self.bar = tqdm(total=total, initial=initial, unit="frames", disable=not enabled,
                         dynamic_ncols=True)
 
     def update(self, frames: int, returns: dict[str, float | None]) -> None:

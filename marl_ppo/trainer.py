@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.collectors import Collector
-from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
+from torchrl.envs import EnvBase
 
 from marl_ppo.aggregate import AggregatedStep
 from marl_ppo.callbacks import Callbacks
@@ -40,7 +40,8 @@ from marl_ppo.checkpoints import (
     write_checkpoint,
 )
 from marl_ppo.config import Config, to_yaml
-from marl_ppo.envs import make_env
+from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
+from marl_ppo.evaluation import evaluate
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
@@ -75,12 +76,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build(cfg: Config) -> Parts:
-    """Env, group specs, validated reward table, router and optimizer step from a config."""
+def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
+    """Env, group specs, validated reward table, router and optimizer step from a config.
+
+    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
+    """
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
-    env = make_env(cfg.env, seed=cfg.train.seed)
+    env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
     groups = read_group_specs(env)
     table = (
         RewardTable.from_dict(cfg.reward_table)
@@ -216,25 +220,6 @@ def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float
     return out
 
 
-@torch.no_grad()
-def evaluate(policy, env: EnvBase, max_steps: int, groups: list[str], *, callback=None) -> dict[str, float]:
-    """Deterministic-action rollout of ``max_steps``; mean return of completed episodes per group.
-
-    ``callback(env, td)`` is called after the reset and after every step (e.g. to grab video frames).
-    """
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
-        td = env.reset()
-        if callback is not None:
-            callback(env, td)
-        td = env.rollout(max_steps, policy, auto_reset=False, tensordict=td, break_when_any_done=False,
-                         callback=callback)
-    returns = episode_returns(td, groups)
-    if not returns:  # no episode ended: report the return so far
-        nxt = td.get("next")
-        returns = {g: nxt.get((g, "episode_reward"))[..., -1, :, :].mean().item() for g in groups}
-    return returns
-
-
 class _StopRequested(Exception):
     """Raised inside the update when a stop signal has arrived (caught by :meth:`Trainer.fit`)."""
 
@@ -249,16 +234,22 @@ class Trainer:
     episodes from a seed of the iteration, as the uninterrupted run does at every periodic
     checkpoint, so that the resumed run reproduces it exactly. A run directory without a
     checkpoint resumes as a fresh start.
+
+    ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
+    ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
+    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.callbacks`).
     """
 
     def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
-                 callbacks: Sequence[object] = ()) -> None:
+                 env_fn: EnvFactory | None = None, callbacks: Sequence[object] = ()) -> None:
+        cfg = record_factory(cfg, env_fn)
         self.cfg = cfg
-        self.callbacks = Callbacks(callbacks)  # see marl_ppo.callbacks
+        self.env_fn = env_fn
+        self.callbacks = Callbacks(callbacks)
         cfg.check_devices()
         self.run_dir = _run_dir(cfg, run_dir, resume)
+        self.parts = build(cfg, env_fn=env_fn)  # a bad env, table or model fails before the run directory exists
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.parts = build(cfg)
         self.iteration = 0
         self.frames = 0
         self._last_returns: dict[str, float] = {}
@@ -456,17 +447,19 @@ class Trainer:
         recorder = FrameRecorder() if cfg.log.video else None
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if not hasattr(self, "_eval_env"):
-                n = cfg.log.eval_episodes if cfg.env.kind == "vmas" else min(cfg.log.eval_episodes, cfg.env.num_envs)
+                n = eval_num_envs(cfg.env, cfg.log.eval_episodes)
                 # on the policy's device, as the collector puts the training env
-                self._eval_env = make_env(cfg.env, seed=eval_seed, num_envs=n).to(cfg.train.device)
+                self._eval_env = make_env(cfg.env, seed=eval_seed, num_envs=n,
+                                          env_fn=self.env_fn).to(cfg.train.device)
             self._eval_env.set_seed(eval_seed)
-            returns = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
-                               callback=recorder)
+            result = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
+                              episodes=cfg.log.eval_episodes, callback=recorder)
         if recorder is not None:
             recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
         self._last_eval_iteration = self.iteration
-        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in returns.items()}
-        self.callbacks("on_evaluation_end", self, returns)
+        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
+        self._last_eval["eval/episodes"] = result.episodes
+        self.callbacks("on_evaluation_end", self, result.returns)
         return self._last_eval
 
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
@@ -578,10 +571,12 @@ def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
     return path
 
 
-def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None):
+def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
+                env_fn: EnvFactory | None = None):
     """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
 
-    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``).
+    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
+    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
     """
     from dataclasses import replace
 
@@ -593,6 +588,6 @@ def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str
         cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
     cfg.check_devices()
     state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
-    parts = build(cfg)
+    parts = build(cfg, env_fn=env_fn)
     parts.router.load_state_dict(state["router"])
     return cfg, parts

@@ -11,7 +11,7 @@ from torchrl.envs import TransformedEnv
 from torchrl.envs.libs.vmas import VmasEnv
 
 from marl_ppo import AggregatedStep, GroupRouter, RewardTable, read_group_specs
-from marl_ppo.comm import CommAdapter
+from marl_ppo.envs.comm import CommAdapter
 from marl_ppo.distributions import StableTanhNormal
 from marl_ppo.toy_env import HybridTargetEnv
 from marl_ppo.trainer import ppo_update

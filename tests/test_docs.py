@@ -45,7 +45,8 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_site_builds_with_warnings_as_errors(site):
-    for page in ["index", "quickstart/index", "concepts/index", "reward_table/index", "metrics/index",
+    for page in ["index", "quickstart/index", "concepts/index", "reward_table/index", "custom_envs/index",
+                 "metrics/index",
                  "reference/config/index", "reference/cli/index", "reference/api/index", "vs_benchmarl/index"]:
         assert (site / f"{page}.html").exists(), page
     api = (site / "reference" / "api" / "index.html").read_text()

@@ -86,13 +86,33 @@ def test_pettingzoo_simple_spread(tmp_path):
 def test_custom_dict_env(tmp_path):
     source = (EXAMPLES / "custom_dict_env.py").read_text()
     assert "class CargoCrewEnv(EnvBase)" in source and "toy_env" not in source  # its own env
+    assert "Trainer(cfg, env_fn=make_cargo_crew)" in source  # trained through the Trainer
     stdout = run_example("custom_dict_env.py", tmp_path)
     assert "action heads move: BoundedContinuous[2, 2], pick: Categorical[2]" in stdout
     assert "reward <- 1 × own reward (crew.reward) + 0.5 × team_bonus" in stdout
-    assert "return: first" in stdout
-    result = json.loads((tmp_path / "custom_dict_env" / "returns.json").read_text())
+    assert "return: first" in stdout and "evaluation over 16 episodes" in stdout
+    run = only_run_dir(tmp_path)
+    result = json.loads((run / "returns.json").read_text())
     assert len(result["returns"]) == 4 and all(math.isfinite(r) for r in result["returns"])
-    assert (tmp_path / "custom_dict_env" / "router.pt").is_file()
+    assert (run / "checkpoints" / "last.pt").is_file() and (run / "plots").is_dir()
+    assert f"{EXAMPLES / 'custom_dict_env.py'}:make_cargo_crew" in (run / "config.yaml").read_text()
+    # the run directory alone rebuilds the env: marl-ppo eval imports the example's factory by file path
+    proc = subprocess.run([sys.executable, "-m", "marl_ppo.cli", "eval", str(run), "--episodes", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["episodes"] == 3
+
+
+def test_pettingzoo_knights_archers_zombies(tmp_path):
+    stdout = run_example("pettingzoo_knights_archers_zombies.py", tmp_path)
+    assert "env.scenario: pettingzoo.butterfly.knights_archers_zombies_v11" in stdout
+    assert "groups: archer ['archer_0', 'archer_1'], knight ['knight_0', 'knight_1']" in stdout
+    left = next(line for line in stdout.splitlines() if line.startswith("agent-steps after leaving"))
+    assert float(left.split()[-1].rstrip("%")) > 0  # agents died, and their steps were masked
+    run = only_run_dir(tmp_path)
+    assert (run / "checkpoints" / "last.pt").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["eval/episodes"] == 4 and math.isfinite(summary["eval/archer/episode_reward"])
 
 
 # -- the notebook ----------------------------------------------------------------------------------------

@@ -1,0 +1,281 @@
+"""PettingZoo adapter: ``env.kind=pettingzoo``, any PettingZoo env, as copies in a batched env.
+
+``env.scenario`` is either a short name or an import path:
+
+* MPE tasks (``simple_spread_v3``, from ``mpe2``, parallel API);
+* classic turn-based games (``tictactoe_v3``, ``connect_four_v3``, from ``pettingzoo.classic``,
+  AEC API): each player is its own group by default; ``env.kwargs.group_map: all_in_one_group``
+  puts both players in one group ``agents`` with one shared policy (self-play);
+* a PettingZoo registry id (``butterfly/knights_archers_zombies-v11``, ``sisl/pursuit-v5``; parallel
+  API where the registry has it), with the same options as an import path below;
+* an import path to any module with ``parallel_env`` (preferred) or ``env`` (AEC):
+  ``pettingzoo.butterfly.knights_archers_zombies_v11``, ``pettingzoo.sisl.pursuit_v5``, a
+  package of your own. ``env.kwargs`` go to that constructor, and ``env.max_steps`` as
+  ``max_cycles`` (unless ``env.kwargs`` sets it or the constructor does not take it). Agents are
+  grouped by name prefix (``archer_0``, ``archer_1`` -> group ``archer``) in a parallel env and one
+  group per agent in an AEC env; ``env.kwargs.group_map`` (``one_group_per_agent`` or
+  ``all_in_one_group``) overrides that.
+
+Every env is wrapped with torchrl's ``PettingZooWrapper(use_mask=True)``: ``(group, "mask")`` is
+``False`` for an agent that is not acting (AEC: not its turn; parallel: it has left the episode,
+e.g. a Knights-Archers-Zombies archer eaten by a zombie). Those steps are padding: the router gives
+them no advantage and the losses skip them. A parallel env given by import path runs until every
+agent is done (a dead agent does not end the episode for the others). ``(group, "action_mask")``,
+where the env gives one, is fed to the policy's masked categorical. Observations that are not one
+float vector per agent are flattened (:class:`~marl_ppo.envs.transforms.FlatObservation`); images
+are refused with the group, key and shape.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+from functools import partial
+from typing import Any, Callable
+
+from torchrl.envs import EnvBase, ParallelEnv, SerialEnv, TransformedEnv
+
+from marl_ppo.config import ConfigError, EnvConfig
+from marl_ppo.envs.transforms import FlatObservation, needs_flattening
+from marl_ppo.signals import workers_ignore_stop_signals
+from marl_ppo.envs.vmas import unknown_name
+
+__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks"]
+
+_GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
+
+
+def mpe_tasks() -> list[str]:
+    """PettingZoo MPE tasks from ``mpe2`` (e.g. ``simple_spread_v3``)."""
+    import mpe2
+
+    return sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__) if m.name.startswith("simple"))
+
+
+def classic_tasks() -> list[str]:
+    """PettingZoo classic (turn-based) games, e.g. ``tictactoe_v3``, ``connect_four_v3``.
+
+    Named like the MPE tasks (``<name>_v<version>``), read from PettingZoo's registry
+    (``classic/tictactoe-v3``). Lists every classic game, including those that need a package
+    marl_ppo does not install (``chess_v6``: chess; the poker games: rlcard; ``hanabi_v5``:
+    open_spiel); building one of those fails with a :class:`ConfigError` naming what is missing.
+    ``tictactoe_v3``, ``connect_four_v3``, ``go_v5`` and ``rps_v2`` need nothing more.
+    """
+    import pettingzoo
+
+    return sorted(
+        f"{spec.name}_v{spec.version}" for spec in pettingzoo.aec_registry.values() if spec.namespace == "classic"
+    )
+
+
+def pettingzoo_tasks() -> list[str]:
+    """The short names ``env.kind=pettingzoo`` accepts: :func:`mpe_tasks` and :func:`classic_tasks`.
+
+    Any other PettingZoo env is given by import path (``pettingzoo.sisl.pursuit_v5``).
+    """
+    return mpe_tasks() + classic_tasks()
+
+
+def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
+    """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``."""
+    make = copy_factory(cfg)
+    if cfg.parallel:
+        # a worker's failure is a traceback from another process: build one copy here first
+        make(seed).close()
+    fns = [partial(make, seed + i) for i in range(num_envs)]
+    env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
+    with workers_ignore_stop_signals():  # Ctrl-C/SIGTERM are the main process's to handle
+        env.set_seed(seed)  # starts a ParallelEnv's worker processes
+    return env
+
+
+def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
+    """``make(seed) -> EnvBase``: one wrapped copy of the env, checked where it can be here."""
+    kwargs = dict(cfg.kwargs)
+    if "/" in cfg.scenario:
+        group_map_name = _pop_group_map(kwargs, default=None)
+        _registry_spec(cfg.scenario)
+        return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs)
+    if "." in cfg.scenario:
+        group_map_name = _pop_group_map(kwargs, default=None)
+        module = _import_env_module(cfg.scenario)
+        return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs)
+    if cfg.scenario in mpe_tasks():
+        # torchrl's PettingZooEnv(task=...) imports the removed pettingzoo.mpe: build the mpe2 env ourselves.
+        return partial(_mpe_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, kwargs)
+    if cfg.scenario in classic_tasks():
+        group_map_name = _pop_group_map(kwargs, default="one_group_per_agent")
+        _check_classic_imports(cfg.scenario)
+        return partial(_classic_env, cfg.scenario, group_map_name, kwargs)
+    mpe, classic = mpe_tasks(), classic_tasks()
+    err = unknown_name("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
+    raise ConfigError(f"{err}; any other PettingZoo env by import path, e.g. pettingzoo.sisl.pursuit_v5")
+
+
+def _pop_group_map(kwargs: dict[str, Any], default: str | None) -> str | None:
+    name = kwargs.pop("group_map", default)
+    if name is not None and name not in _GROUP_MAPS:
+        raise ConfigError(f"env.kwargs.group_map must be one of {list(_GROUP_MAPS)}, got {name!r}")
+    return name
+
+
+def _wrap(game: Any, group_map_name: str | None, seed: int, **options: Any) -> EnvBase:
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+    from torchrl.envs.utils import MarlGroupMapType
+
+    env = PettingZooWrapper(
+        game,
+        use_mask=True,  # compulsory for AEC envs; in parallel ones it masks agents that have left
+        group_map=None if group_map_name is None else MarlGroupMapType[group_map_name.upper()],
+        seed=seed,
+        categorical_actions=True,
+        **options,
+    )
+    # flattened in each copy, so that a batched env (its shared buffers, its resets) sees one layout
+    return TransformedEnv(env, FlatObservation.for_env(env)) if needs_flattening(env) else env
+
+
+def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: int) -> EnvBase:
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+
+    module = importlib.import_module(f"mpe2.{task}")
+    return PettingZooWrapper(
+        module.parallel_env(max_cycles=max_steps, continuous_actions=continuous, **kwargs),
+        use_mask=True,
+        seed=seed,
+        categorical_actions=True,
+    )
+
+
+def _classic_id(task: str) -> str:
+    """``tictactoe_v3`` -> PettingZoo's registry id ``classic/tictactoe-v3``."""
+    name, _, version = task.rpartition("_v")
+    return f"classic/{name}-v{version}"
+
+
+def _missing_dependency(task: str, err: BaseException) -> ConfigError:
+    return ConfigError(
+        f"PettingZoo classic task {task!r} needs a package that is not installed ({err}); "
+        "tictactoe_v3, connect_four_v3, go_v5 and rps_v2 need nothing more"
+    )
+
+
+def _check_classic_imports(task: str) -> None:
+    """Imports the game's module, so that a missing dependency fails here and not in a worker."""
+    import pettingzoo
+
+    module = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise _missing_dependency(task, err) from err
+
+
+def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> EnvBase:
+    """One classic game, AEC API, wrapped so that non-acting agents are masked out."""
+    import pettingzoo
+
+    try:
+        game = pettingzoo.make("aec", _classic_id(task), **kwargs)  # turn-based: no max_cycles/continuous_actions
+    except ImportError as err:  # e.g. hanabi_v5 imports, then asks for open_spiel
+        raise _missing_dependency(task, err) from err
+    return _wrap(game, group_map_name, seed)
+
+
+def _import_env_module(path: str):
+    """The module at ``path``, which must have ``parallel_env`` or ``env``; a ConfigError saying what is wrong."""
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as err:
+        parent, _, leaf = path.rpartition(".")
+        hint = ""
+        if err.name == path and parent:
+            try:
+                siblings = [m.name for m in pkgutil.iter_modules(importlib.import_module(parent).__path__)]
+            except (ImportError, AttributeError):
+                siblings = []
+            close = difflib.get_close_matches(leaf, siblings, n=3)
+            hint = f"; {parent} has {close}" if close else ""
+        extra = ""
+        if err.name != path and not path.startswith(f"{err.name}."):
+            family = path.split(".")[1] if path.startswith("pettingzoo.") and path.count(".") >= 2 else None
+            how = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides {err.name}"
+            extra = f" (the module imports {err.name!r}, which is not installed: {how})"
+        raise ConfigError(f"env.scenario {path!r}: cannot import {err.name!r}{extra}{hint}") from err
+    except ImportError as err:
+        raise ConfigError(f"env.scenario {path!r}: importing it failed: {err}") from err
+    if not (callable(getattr(module, "parallel_env", None)) or callable(getattr(module, "env", None))):
+        raise ConfigError(
+            f"env.scenario {path!r}: module {module.__name__} has neither parallel_env nor env; expected a "
+            "PettingZoo env module (e.g. pettingzoo.sisl.pursuit_v5)"
+        )
+    return module
+
+
+def _accepts_max_cycles(module) -> bool:
+    """Whether the module's env constructor takes ``max_cycles`` (by name, or through ``**kwargs``)."""
+    target = getattr(module, "raw_env", None) or getattr(module, "parallel_env", None) or module.env
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "max_cycles" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _construct(make: Callable[..., Any], kwargs: dict, max_steps: int, takes_max_cycles: bool, where: str) -> Any:
+    """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it."""
+    if "max_cycles" not in kwargs and takes_max_cycles:
+        try:
+            return make(max_cycles=max_steps, **kwargs)
+        except TypeError as err:
+            if "max_cycles" not in str(err):
+                raise ConfigError(f"{where} failed: {err}") from err
+            # a **kwargs that does not take it after all: its episodes end on their own
+    try:
+        return make(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"{where} failed: {err}") from err
+
+
+def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
+    """One copy of the env of module ``path``: parallel API if it has one, else AEC."""
+    module = importlib.import_module(path)
+    parallel = callable(getattr(module, "parallel_env", None))
+    ctor = module.parallel_env if parallel else module.env
+    where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
+    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where)
+    # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
+    return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+
+
+def _registry_spec(env_id: str):
+    """PettingZoo's registry entry for ``env_id`` (parallel if it has one), its module importable."""
+    import pettingzoo
+
+    spec = pettingzoo.parallel_registry.get(env_id) or pettingzoo.aec_registry.get(env_id)
+    if spec is None:
+        known = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+        raise unknown_name("PettingZoo registry id", env_id, known)
+    module = spec.entry_point.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(
+            f"env.scenario {env_id!r}: its module {module} imports {getattr(err, 'name', None) or err}, which is "
+            f"not installed: pip install 'pettingzoo[{spec.namespace}]'"
+        ) from err
+    return spec
+
+
+def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
+    """One copy of a registered env (``butterfly/knights_archers_zombies-v11``), parallel API if it has one."""
+    import pettingzoo
+
+    spec = _registry_spec(env_id)
+    parallel = env_id in pettingzoo.parallel_registry
+    takes_max_cycles = spec.max_cycles is not None or _accepts_max_cycles(
+        importlib.import_module(spec.entry_point.partition(":")[0]))
+    make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
+    game = _construct(make, kwargs, max_steps, takes_max_cycles, f"pettingzoo.make({env_id!r}, **env.kwargs)")
+    return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
