@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
-from torchrl.collectors import Collector
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
 from marl_ppo.aggregate import AggregatedStep
+from marl_ppo.collectors import make_collector
 from marl_ppo.config import Config, to_yaml
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
@@ -253,14 +253,7 @@ class Trainer:
         remaining = cfg.train.total_frames - self.frames
         if remaining <= 0:
             return self._summary({})
-        collector = Collector(
-            parts.env,
-            parts.router.policy,
-            frames_per_batch=cfg.train.frames_per_batch,
-            total_frames=remaining,
-            device=cfg.train.device,
-            auto_register_policy_transforms=False,
-        )
+        collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
         last_returns: dict[str, float] = {}
         try:
