@@ -58,7 +58,7 @@ def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable
 
     if not jobs:
         return []
-    executor = submitit.AutoExecutor(folder=out_dir / "slurm" / "%j", cluster=spec.cluster)
+    executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)
     executor.update_parameters(**executor_parameters(spec, jobs[0].threads))
     t0 = time.perf_counter()
     array = executor.map_array(_array_job, [dataclasses.asdict(j) for j in jobs])
