@@ -273,6 +273,7 @@ def _known_keys() -> list[str]:
         sub = {"env": EnvConfig, "model": ModelConfig, "loss": LossConfig, "train": TrainConfig, "log": LogConfig}.get(f.name)
         if sub is not None:
             keys.extend(f"{f.name}.{g.name}" for g in fields(sub))
+    keys.extend(f"train.collector.{g.name}" for g in fields(CollectorConfig))
     return keys
 
 

@@ -92,6 +92,8 @@ def test_config_errors_name_the_keys():
         load_config(overrides=["train.collector.num_collectors=2"])
     with pytest.raises(ConfigError, match=r"train.collector.backend must be one of \['direct', 'process', 'ray'\]"):
         load_config(overrides=["train.collector.backend=mpi"])
+    with pytest.raises(ConfigError, match="did you mean 'train.collector.backend'"):
+        load_config(overrides=["train.collector.bakend=ray"])
     cfg = _cfg("process", "env.num_envs=5", "train.frames_per_batch=50")
     parts = build(cfg)
     with pytest.raises(ConfigError, match=r"env.num_envs \(5\) must be divisible by train.collector.num_collectors \(2\)"):

@@ -23,9 +23,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from marl_ppo.suite.spec import Job, SuiteError
+
+if TYPE_CHECKING:
+    from marl_ppo.suite.runner import RunResult
 
 __all__ = ["run_on_ray", "TOKEN_FILE"]
 
@@ -95,7 +98,7 @@ def _connect(address: Optional[str]) -> bool:
 
 
 def run_on_ray(jobs: list[Job], out_dir: Path, echo: Callable[[str], None], *, address: Optional[str] = None,
-               shared: Optional[bool] = None) -> list:
+               shared: Optional[bool] = None) -> list[RunResult]:
     """Runs ``jobs`` (already prepared in ``out_dir``) as Ray tasks; their results in job order."""
     import ray
     from ray.exceptions import RayError

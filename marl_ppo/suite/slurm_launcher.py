@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from marl_ppo.suite.spec import Job, SlurmSpec, SuiteError
+
+if TYPE_CHECKING:
+    from marl_ppo.suite.runner import RunResult
 
 __all__ = ["run_on_slurm", "executor_parameters"]
 
@@ -48,7 +51,7 @@ def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
     return params
 
 
-def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable[[str], None]) -> list:
+def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable[[str], None]) -> list[RunResult]:
     """Submits ``jobs`` (already prepared in ``out_dir``) as one job array; their results in job order."""
     try:
         import submitit
@@ -63,7 +66,7 @@ def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable
     t0 = time.perf_counter()
     array = executor.map_array(_array_job, [dataclasses.asdict(j) for j in jobs])
     echo(f"{spec.cluster}: submitted a job array of {len(array)} ({array[0].job_id.split('_')[0]})")
-    results = []
+    results: list[RunResult] = []
     try:
         for job, sub in zip(jobs, array):
             try:
