@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from marl_ppo.cli import main as marl_ppo_main
-from marl_ppo.suite import SlurmSpec, Suite, SuiteError, TaskSpec, main, merge_suites, run_suite, suite_curves
+from marl_ppo.suite import (SlurmSpec, Suite, SuiteError, TaskSpec, main, merge_suites, plan, run_suite,
+                            suite_curves)
 from marl_ppo.suite.slurm_launcher import executor_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,3 +195,31 @@ def test_merge_two_half_suites_equals_the_whole(local_tiny, ray_cluster, tmp_pat
     err = capsys.readouterr().err
     assert "cannot merge: vmas/" in err and "has runs ['seed_0']" in err and "['seed_0', 'seed_1']" in err
     assert not (tmp_path / "bad" / "marl_eval.json").exists()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "suites").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_suite_file_plans(path, tmp_path):
+    jobs = plan(Suite.load(path), out=tmp_path)
+    assert jobs and len({j.run_dir for j in jobs}) == len(jobs)
+    if path.name == "vmas_lr_sweep.yaml":
+        assert len(jobs) == 12
+        assert sorted({j.result_algorithm for j in jobs}) == ["mappo[lr=0.0003]", "mappo[lr=5e-05]"]
+
+
+def test_sweep_names_and_errors(tmp_path):
+    nav = str(ROOT / "configs" / "navigation.yaml")
+
+    def suite(sweep) -> Suite:
+        return Suite.from_dict({"tasks": [nav], "sweep": sweep})
+
+    jobs = plan(suite({"model.hidden": [[64, 64], [32]], "train.lr": [1.0e-3], "loss.algorithm": ["ippo"]}), out=tmp_path)
+    assert [j.label for j in jobs] == ["vmas/navigation/ippo[hidden=64x64;lr=0.001]/seed_0",
+                                       "vmas/navigation/ippo[hidden=32;lr=0.001]/seed_0"]
+    assert Path(jobs[0].run_dir).name == "navigation-ippo-hidden=64x64-lr=0.001-seed0"
+    with pytest.raises(SuiteError, match="'train.seed' cannot be swept .*use 'seeds'"):
+        suite({"train.seed": [0, 1]})
+    with pytest.raises(SuiteError, match=r"with sweep \['train.lr_rate=0.1'\].*unknown config key 'train.lr_rate'; "
+                                         r"did you mean 'train.lr'"):
+        plan(suite({"train.lr_rate": [0.1]}), out=tmp_path)
+    with pytest.raises(SuiteError, match=r"both vmas/navigation/mappo\[lr=0.001\]/seed_0"):
+        plan(suite({"train.lr": ["1e-3", 0.001]}), out=tmp_path)  # the same value, once resolved
