@@ -238,6 +238,31 @@ def _run_parallel(jobs: list[Job], workers: int, echo: Callable[[str], None]) ->
     return [results[j.run_dir] for j in jobs]
 
 
+def _run_jobs(jobs: list[Job], suite: Suite, launcher: str, out_dir: Path, echo: Callable[[str], None], *,
+              ray_address: Optional[str], ray_shared: Optional[bool]) -> list[RunResult]:
+    """Runs ``jobs`` with ``launcher``; their results in job order."""
+    if launcher in ("ray", "slurm"):
+        for job in jobs:
+            _prepare(job)
+        if launcher == "ray":
+            from marl_ppo.suite.ray_launcher import run_on_ray
+
+            return run_on_ray(jobs, out_dir, echo, address=ray_address, shared=ray_shared)
+        from marl_ppo.suite.slurm_launcher import run_on_slurm
+
+        return run_on_slurm(jobs, suite.slurm, out_dir, echo)
+    if suite.workers > 1:  # worker processes, even for one run: the caller's process stays as it is
+        return _run_parallel(jobs, suite.workers, echo)
+    results = []
+    for job in jobs:
+        _prepare(job)
+        echo(f"start  {job.label}  ->  {job.run_dir}")
+        res = _execute(job)
+        echo(f"{res.status:<6} {job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
+        results.append(res)
+    return results
+
+
 def run_suite(
     suite: Suite | str | Path,
     *,
@@ -281,30 +306,9 @@ def run_suite(
             todo.append(i)
     how = f"{suite.workers} worker(s)" if launcher == "local" else f"launcher {launcher}"
     echo(f"suite {suite.name or ''}: {len(jobs)} runs ({len(todo)} to run), {how}, out {out_dir}")
-    if launcher != "local":
-        todo_jobs = [jobs[i] for i in todo]
-        for job in todo_jobs:
-            _prepare(job)
-        if launcher == "ray":
-            from marl_ppo.suite.ray_launcher import run_on_ray
-
-            done = run_on_ray(todo_jobs, out_dir, echo, address=ray_address, shared=ray_shared)
-        else:
-            from marl_ppo.suite.slurm_launcher import run_on_slurm
-
-            done = run_on_slurm(todo_jobs, suite.slurm, out_dir, echo)
-        for i, res in zip(todo, done):
-            results[i] = res
-    elif suite.workers > 1:  # worker processes, even for one run: the caller's process stays as it is
-        for i, res in zip(todo, _run_parallel([jobs[i] for i in todo], suite.workers, echo)):
-            results[i] = res
-    else:
-        for i in todo:
-            _prepare(jobs[i])
-            echo(f"start  {jobs[i].label}  ->  {jobs[i].run_dir}")
-            res = _execute(jobs[i])
-            echo(f"{res.status:<6} {jobs[i].label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
-            results[i] = res
+    for i, res in zip(todo, _run_jobs([jobs[i] for i in todo], suite, launcher, out_dir, echo,
+                                      ray_address=ray_address, ray_shared=ray_shared)):
+        results[i] = res
     result = SuiteResult([r for r in results if r is not None], out_dir)
     ok_dirs = [r.job.run_dir for r in result.runs if r.ok]
     if ok_dirs:
