@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,cluster]"
 	touch $@
 
 train: venv

@@ -4,9 +4,11 @@
 
     marl-ppo train [CONFIG.yaml] [key=value ...]      # default: MAPPO on VMAS navigation
     marl-ppo train --resume RUN_DIR [key=value ...]   # continue a run from its last checkpoint
+    marl-ppo train -m [CONFIG.yaml] key=a,b k2=c,d    # a grid of runs (hydra's multirun habit)
     marl-ppo eval RUN_DIR [--episodes N] [--video F]  # deterministic returns per group (VMAS: GIF)
     marl-ppo plot RUN_DIR [RUN_DIR ...] [--out DIR]   # learning curves (PNG)
-    marl-ppo suite SUITE.yaml [--workers N]           # tasks x seeds, marl-eval JSON and a plot
+    marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
+    marl-ppo suite merge OUT1 OUT2 --out MERGED       # suites run apart, merged
 """
 from __future__ import annotations
 
@@ -28,6 +30,12 @@ def _train(args: argparse.Namespace) -> int:
     if config is not None and "=" in config:  # `marl-ppo train key=value` with no file
         overrides.insert(0, config)
         config = None
+    if args.multirun:
+        if args.resume:
+            raise ValueError("-m and --resume do not go together: rerun the same -m command to continue a grid")
+        from marl_ppo.suite.cli import multirun
+
+        return multirun(config, overrides, out=args.out, workers=args.workers, launcher=args.launcher)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").exists():
@@ -92,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML config file (see configs/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.total_frames=120000")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument("-m", "--multirun", action="store_true",
+                   help="sweep: every key=a,b takes each value in turn (a grid; train.seed=0,1 gives the seeds); "
+                   "results as a suite's (marl-eval JSON and a plot)")
+    p.add_argument("--out", help="-m: output folder (default: <log.root>/multirun/<date_time>)")
+    p.add_argument("--workers", type=int, default=1, help="-m: worker processes at once (local launcher)")
+    p.add_argument("--launcher", choices=("local", "ray", "slurm"), default="local", help="-m: where the runs go")
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")

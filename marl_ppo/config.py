@@ -21,7 +21,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "TrainConfig", "LogConfig", "Config", "load_config"]
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "CollectorConfig", "TrainConfig", "LogConfig", "Config", "load_config"]
 
 
 class ConfigError(ValueError):
@@ -208,6 +208,30 @@ class LossConfig:
 
 
 @dataclass
+class CollectorConfig:
+    """How experience is collected (torchrl's collectors; see ``marl_ppo/collectors.py``).
+
+    Attributes:
+        backend: ``direct`` (one collector in this process), ``process`` (``num_collectors``
+            worker processes, torchrl's ``MultiSyncCollector``) or ``ray`` (``num_collectors``
+            Ray actors, torchrl's ``RayCollector``, on the cluster at ``RAY_ADDRESS`` or a local one).
+        num_collectors: workers for ``process`` and ``ray``; ``env.num_envs`` and
+            ``train.frames_per_batch`` are split evenly between them (1 for ``direct``).
+    """
+
+    backend: str = "direct"
+    num_collectors: int = 1
+
+    def __post_init__(self) -> None:
+        _choice("train.collector.backend", self.backend, ("direct", "process", "ray"))
+        if self.num_collectors < 1:
+            raise ConfigError(f"train.collector.num_collectors must be >= 1, got {self.num_collectors}")
+        if self.backend == "direct" and self.num_collectors != 1:
+            raise ConfigError(f"train.collector.num_collectors must be 1 with backend 'direct', "
+                              f"got {self.num_collectors} (use backend 'process' or 'ray')")
+
+
+@dataclass
 class TrainConfig:
     """Collection and optimisation.
 
@@ -226,6 +250,7 @@ class TrainConfig:
         compile: compile the losses' forward and backward with ``torch.compile`` (needs a C++
             compiler on CPU). The first minibatch then takes seconds to a minute to compile;
             every later one runs faster. Pays off on long runs, not on a one-minute one.
+        collector: the collection backend and its workers (:class:`CollectorConfig`).
     """
 
     total_frames: int = 120_000
@@ -239,6 +264,7 @@ class TrainConfig:
     device: str = "cpu"
     num_threads: int = 0
     compile: bool = False
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
 
     def __post_init__(self) -> None:
         if self.num_threads < 0:
@@ -369,6 +395,7 @@ def _known_keys() -> list[str]:
         sub = {"env": EnvConfig, "model": ModelConfig, "loss": LossConfig, "train": TrainConfig, "log": LogConfig}.get(f.name)
         if sub is not None:
             keys.extend(f"{f.name}.{g.name}" for g in fields(sub))
+    keys.extend(f"train.collector.{g.name}" for g in fields(CollectorConfig))
     return keys
 
 

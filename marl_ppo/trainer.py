@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
-from torchrl.collectors import Collector
 from torchrl.envs import EnvBase
 
 from marl_ppo.aggregate import AggregatedStep
@@ -39,6 +38,7 @@ from marl_ppo.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
+from marl_ppo.collectors import FlatCollector, make_collector
 from marl_ppo.config import Config, to_yaml
 from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
 from marl_ppo.evaluation import evaluate
@@ -289,14 +289,7 @@ class Trainer:
         if remaining <= 0:
             self.close()
             return self._summary({})
-        collector = Collector(
-            parts.env,
-            parts.router.policy,
-            frames_per_batch=cfg.train.frames_per_batch,
-            total_frames=remaining,
-            device=cfg.train.device,
-            auto_register_policy_transforms=False,
-        )
+        collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
         if self._resume_rng is not None:  # as the uninterrupted run did right after this checkpoint
             self._restart_episodes(collector, self._resume_rng)
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
@@ -383,16 +376,17 @@ class Trainer:
         every = self.cfg.log.checkpoint_every
         return bool(every) and self.iteration % every == 0
 
-    def _restart_episodes(self, collector: Collector, rng: dict[str, Any]) -> None:
+    def _restart_episodes(self, collector: FlatCollector, rng: dict[str, Any]) -> None:
         """Reseeds the training envs from the iteration and resets them, then restores ``rng``.
 
         Done at every periodic checkpoint of a run and when a run resumes from one, so that the
         resumed run sees the same envs and random streams as the uninterrupted run. The envs'
         own streams come from the seed (VMAS keeps one for all its envs, PettingZoo one per env);
-        the global torch/numpy/python states are the checkpoint's.
+        the global torch/numpy/python states are the checkpoint's. With worker collectors
+        (``train.collector.backend`` ``process``/``ray``) the workers' own random streams are not
+        in the checkpoint: a resumed run is then not bit-exact (its resume notes say so).
         """
-        self.parts.env.set_seed(self.cfg.train.seed + self.iteration)
-        collector.reset()
+        collector.restart(self.cfg.train.seed + self.iteration)
         set_rng_state(rng)
 
     def _interrupted(self, signal_name: str) -> RunInterrupted:
@@ -513,6 +507,12 @@ class Trainer:
         self._resume_rng = state["rng"]
         self._saved_iteration = self.iteration
         self.resume_notes.append(f"resumed from {choice.path.name} (iteration {self.iteration}, {self.frames} frames)")
+        if self.cfg.train.collector.backend != "direct":
+            self.resume_notes.append(
+                f"train.collector.backend={self.cfg.train.collector.backend}: the collector workers' random "
+                "streams are not in checkpoints, so the run goes on as an uninterrupted one would in "
+                "distribution, not bit for bit (backend direct resumes exactly)"
+            )
         if not state.get("episode_boundary", False) and self.frames < self.cfg.train.total_frames:
             self.resume_notes.append(
                 "this checkpoint was written at a signal or at the end of a run, not at a periodic checkpoint: "

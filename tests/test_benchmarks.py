@@ -91,3 +91,16 @@ def test_cuda_vmas_fails_fast_without_cuda():
     out = _run("cuda_vmas.py", timeout=60)
     assert out.returncode == 2
     assert "CUDA is not available" in out.stderr
+
+
+def test_scale_out_quick(ray_cluster):
+    """scale_out.py on the session's Ray cluster: both launchers' overhead and three collection backends."""
+    out = _run("scale_out.py", "--quick", "--threads", "1", "--ray-address", ray_cluster, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for launcher in ("local", "ray"):
+        m = re.search(rf"launcher {launcher}: jobs=4 wall_s=([0-9.]+) job_s_mean=([0-9.]+) overhead_per_job_s=(-?[0-9.]+)",
+                      out.stdout)
+        assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout
+    for backend in ("direct", "process", "ray"):
+        m = re.search(rf"collect {backend}: envs=64 workers=[12] frames_per_s=([0-9]+)", out.stdout)
+        assert m and int(m.group(1)) > 0, out.stdout

@@ -46,8 +46,9 @@ def site(tmp_path_factory) -> Path:
 
 def test_site_builds_with_warnings_as_errors(site):
     for page in ["index", "quickstart/index", "concepts/index", "reward_table/index", "custom_envs/index",
-                 "metrics/index",
-                 "reference/config/index", "reference/cli/index", "reference/api/index", "vs_benchmarl/index"]:
+                 "metrics/index", "runs/index",
+                 "reference/config/index", "reference/cli/index", "reference/api/index", "vs_benchmarl/index",
+                 "scaling_out/index"]:
         assert (site / f"{page}.html").exists(), page
     api = (site / "reference" / "api" / "index.html").read_text()
     for name in marl_ppo.__all__:  # every public name has its own entry on the API page

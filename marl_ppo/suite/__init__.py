@@ -1,5 +1,6 @@
-"""Benchmark suites: tasks × seeds, run one after another or in parallel processes, with results in
-the marl-eval JSON format (the one BenchMARL writes) and an aggregate plot.
+"""Benchmark suites: tasks × sweep variants × seeds, run here (one after another or in worker
+processes), on a Ray cluster or as a SLURM job array, with results in the marl-eval JSON format
+(the one BenchMARL writes) and an aggregate plot; suites run apart merge into one.
 
 A suite is a YAML file::
 
@@ -12,22 +13,32 @@ A suite is a YAML file::
     seeds: [0, 1, 2]
     overrides:                          # for every run: a list of key=value, or a mapping
       - train.total_frames=60000
+    sweep:                              # optional: a grid over any config keys, crossed with tasks and seeds
+      train.lr: [1.0e-3, 3.0e-4]        #   variants named lr=0.001, lr=0.0003 (results: mappo[lr=0.001])
+      loss.algorithm: [mappo, ippo]
     workers: 2                          # processes at once (1: one after another, in this process)
     out: runs/suites/vmas_small         # relative to the cwd
     threads: 1                          # torch threads per worker process (default 1 when workers > 1)
     absolute_eval_factor: 10            # final evaluation over factor × log.eval_episodes episodes
+    slurm: {partition: gpu, time: 60, cpus: 1, gpus: 0}   # the slurm launcher's resources (SlurmSpec)
 
 Overrides apply in this order: the task's config file, the suite's ``overrides``, the task's
-``overrides``, then the command line's ``--override``; ``train.seed`` comes from ``seeds``.
+``overrides``, the sweep variant's values, then the command line's ``--override``; ``train.seed``
+comes from ``seeds``. A variant's name (:mod:`marl_ppo.suite.sweep`) lists its resolved values by
+short key; the results call its algorithm ``<algorithm>[<variant>]``.
 Unknown keys (in the suite or in a task) raise :class:`SuiteError` naming the key and the allowed ones;
 config keys are checked by :func:`marl_ppo.config.load_config` before anything runs.
 
 Run it::
 
     python -m marl_ppo.suite configs/suites/vmas_small.yaml [--workers N] [--out DIR] [--override k=v ...]
+    marl-ppo suite configs/suites/tiny.yaml --launcher ray [--ray-address ADDR]   # one Ray task per run
+    marl-ppo suite configs/suites/tiny.yaml --launcher slurm                      # a submitit job array
+    marl-ppo suite merge OUT1 OUT2 --out MERGED                                   # suites run apart
+    marl-ppo train -m configs/navigation.yaml train.lr=1e-3,3e-4 train.seed=0,1   # a grid from the CLI
     python examples/benchmarks/suite.py configs/suites/tiny.yaml --workers 2 --out /tmp/tiny
 
-Each run gets its own run directory ``<out>/runs/<task>-<algorithm>-seed<N>/`` (the trainer's usual
+Each run gets its own run directory ``<out>/runs/<task>-<algorithm>[-<variant>]-seed<N>/`` (the trainer's usual
 contents plus ``suite_job.json``, ``suite_result.json``, ``absolute_metrics.json`` and, for worker
 processes, ``worker.log``). A failing run is reported (its ``error.txt`` and the summary table) and
 the other runs go on. A run directory whose ``suite_result.json`` says ``ok`` for the same job is
@@ -58,9 +69,10 @@ kept, not run again (``--rerun`` forces it). At the end the suite writes:
 from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, LOG_FILE, RESULT_FILE  # noqa: F401
 from marl_ppo.suite.cli import build_parser, main  # noqa: F401
 from marl_ppo.suite.marl_eval import run_to_marl_eval, to_marl_eval, validate_marl_eval, write_marl_eval
-from marl_ppo.suite.plot import _band, plot_suite  # noqa: F401
+from marl_ppo.suite.merge import merge_marl_eval, merge_suites
+from marl_ppo.suite.plot import _band, plot_suite, suite_curves  # noqa: F401
 from marl_ppo.suite.runner import JSON_NAME, PLOT_NAME, RunResult, SuiteResult, final_evaluation, run_suite  # noqa: F401
-from marl_ppo.suite.spec import SUITE_KEYS, TASK_KEYS, Job, Suite, SuiteError, TaskSpec, plan  # noqa: F401
+from marl_ppo.suite.spec import SUITE_KEYS, TASK_KEYS, Job, SlurmSpec, Suite, SuiteError, TaskSpec, plan  # noqa: F401
 
 __all__ = [
     "SuiteError",
@@ -77,5 +89,9 @@ __all__ = [
     "write_marl_eval",
     "validate_marl_eval",
     "plot_suite",
+    "suite_curves",
+    "merge_marl_eval",
+    "merge_suites",
+    "SlurmSpec",
     "main",
 ]

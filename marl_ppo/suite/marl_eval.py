@@ -12,11 +12,14 @@ from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, RESULT_FILE, write_js
 
 
 def _run_names(run_dir: Path) -> tuple[str, str, str, int]:
-    """(environment, task, algorithm, seed) of a run: from the suite's job record, else config.yaml."""
+    """(environment, task, algorithm, seed) of a run: from the suite's job record, else config.yaml.
+
+    A sweep variant's algorithm is ``<algorithm>[<variant>]`` (e.g. ``mappo[lr=0.001]``)."""
     job_file = run_dir / JOB_FILE
     if job_file.exists():
         job = json.loads(job_file.read_text())
-        return job["environment"], job["task"], job["algorithm"], int(job["seed"])
+        algorithm = f"{job['algorithm']}[{job['variant']}]" if job.get("variant") else job["algorithm"]
+        return job["environment"], job["task"], algorithm, int(job["seed"])
     from marl_ppo.config import from_yaml
 
     cfg_file = run_dir / "config.yaml"

@@ -1,5 +1,7 @@
-"""Running a suite's jobs, one after another in this process or in worker processes
-(:func:`run_suite`), the final evaluation of each run (:func:`final_evaluation`), and the results."""
+"""Running a suite's jobs (:func:`run_suite`) with a launcher: ``local`` (one after another in this
+process, or in worker processes), ``ray`` (:mod:`marl_ppo.suite.ray_launcher`) or ``slurm``
+(:mod:`marl_ppo.suite.slurm_launcher`); the final evaluation of each run (:func:`final_evaluation`),
+and the results."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,16 +14,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 
 import yaml
 
 from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, LOG_FILE, RESULT_FILE, write_json
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
-from marl_ppo.suite.spec import Job, Suite, plan
+from marl_ppo.suite.spec import Job, Suite, SuiteError, plan
 
 JSON_NAME, PLOT_NAME = "marl_eval.json", "returns.png"
+LAUNCHERS = ("local", "ray", "slurm")
 
 
 @dataclass
@@ -135,6 +138,16 @@ def _execute(job: Job) -> RunResult:
     return result
 
 
+def record_failure(job: Job, error: str, seconds: float) -> RunResult:
+    """A job that died without recording its result (a crashed worker, a killed array job): recorded here."""
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "error.txt").exists():
+        (run_dir / "error.txt").write_text(error + "\n")
+    write_json(run_dir / RESULT_FILE, {"status": "failed", "error": error, "seconds": seconds})
+    return RunResult(job, "failed", error, seconds)
+
+
 def _worker_entry(job_file: str) -> None:
     """Entry point of a worker process: ``python -c "from marl_ppo.suite.runner import _worker_entry; ..."``."""
     job = Job(**json.loads(Path(job_file).read_text()))
@@ -225,6 +238,31 @@ def _run_parallel(jobs: list[Job], workers: int, echo: Callable[[str], None]) ->
     return [results[j.run_dir] for j in jobs]
 
 
+def _run_jobs(jobs: list[Job], suite: Suite, launcher: str, out_dir: Path, echo: Callable[[str], None], *,
+              ray_address: Optional[str], ray_shared: Optional[bool]) -> list[RunResult]:
+    """Runs ``jobs`` with ``launcher``; their results in job order."""
+    if launcher in ("ray", "slurm"):
+        for job in jobs:
+            _prepare(job)
+        if launcher == "ray":
+            from marl_ppo.suite.ray_launcher import run_on_ray
+
+            return run_on_ray(jobs, out_dir, echo, address=ray_address, shared=ray_shared)
+        from marl_ppo.suite.slurm_launcher import run_on_slurm
+
+        return run_on_slurm(jobs, suite.slurm, out_dir, echo)
+    if suite.workers > 1:  # worker processes, even for one run: the caller's process stays as it is
+        return _run_parallel(jobs, suite.workers, echo)
+    results = []
+    for job in jobs:
+        _prepare(job)
+        echo(f"start  {job.label}  ->  {job.run_dir}")
+        res = _execute(job)
+        echo(f"{res.status:<6} {job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
+        results.append(res)
+    return results
+
+
 def run_suite(
     suite: Suite | str | Path,
     *,
@@ -235,18 +273,27 @@ def run_suite(
     plot: bool = True,
     ci: str = "t",
     echo: Callable[[str], None] = print,
+    launcher: Literal["local", "ray", "slurm"] = "local",
+    ray_address: Optional[str] = None,
+    ray_shared: Optional[bool] = None,
 ) -> SuiteResult:
-    """Runs every (task, seed) of ``suite``, then writes ``marl_eval.json`` and ``returns.png`` in ``out``.
+    """Runs every (task, variant, seed) of ``suite``, then writes ``marl_eval.json`` and ``returns.png`` in ``out``.
 
-    ``workers`` (default: the suite's) processes run at once; with 1 the runs go one after another
-    in this process. A failing run is recorded in the result (and its run directory) and the others
-    go on. ``overrides`` apply to every run, after the suite's and the tasks' own.
+    ``launcher="local"``: ``workers`` (default: the suite's) processes run at once; with 1 the runs
+    go one after another in this process. ``"ray"``: every run is a Ray task on the cluster at
+    ``ray_address`` / ``RAY_ADDRESS`` (or a local one started and stopped here); ``ray_shared``
+    says whether its workers see ``out`` (``None``: tested). ``"slurm"``: one submitit job array
+    with the suite's ``slurm:`` resources. A failing run is recorded in the result (and its run
+    directory) and the others go on; a run that finished before is kept unless ``rerun``.
+    ``overrides`` apply to every run, after the suite's, the tasks' and the sweep's.
     """
+    if launcher not in LAUNCHERS:
+        raise SuiteError(f"launcher must be one of {list(LAUNCHERS)}, got {launcher!r}")
     if not isinstance(suite, Suite):
         suite = Suite.load(suite)
     if workers is not None:
         suite = suite.replace(workers=workers)
-    jobs = plan(suite, out=out, overrides=overrides)
+    jobs = plan(suite, out=out, overrides=overrides, remote=launcher != "local")
     out_dir = Path(out if out is not None else suite.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[Optional[RunResult]] = [None] * len(jobs)
@@ -257,17 +304,11 @@ def run_suite(
             echo(f"done before, kept: {job.label}")
         else:
             todo.append(i)
-    echo(f"suite {suite.name or ''}: {len(jobs)} runs ({len(todo)} to run), {suite.workers} worker(s), out {out_dir}")
-    if suite.workers > 1:  # worker processes, even for one run: the caller's process stays as it is
-        for i, res in zip(todo, _run_parallel([jobs[i] for i in todo], suite.workers, echo)):
-            results[i] = res
-    else:
-        for i in todo:
-            _prepare(jobs[i])
-            echo(f"start  {jobs[i].label}  ->  {jobs[i].run_dir}")
-            res = _execute(jobs[i])
-            echo(f"{res.status:<6} {jobs[i].label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
-            results[i] = res
+    how = f"{suite.workers} worker(s)" if launcher == "local" else f"launcher {launcher}"
+    echo(f"suite {suite.name or ''}: {len(jobs)} runs ({len(todo)} to run), {how}, out {out_dir}")
+    for i, res in zip(todo, _run_jobs([jobs[i] for i in todo], suite, launcher, out_dir, echo,
+                                      ray_address=ray_address, ray_shared=ray_shared)):
+        results[i] = res
     result = SuiteResult([r for r in results if r is not None], out_dir)
     ok_dirs = [r.job.run_dir for r in result.runs if r.ok]
     if ok_dirs:

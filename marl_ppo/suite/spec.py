@@ -1,5 +1,6 @@
-"""The suite spec: a suite file's tasks, seeds and settings (:class:`Suite`, :class:`TaskSpec`),
-checked key by key, and :func:`plan`, which resolves it into one :class:`Job` per (task, seed)."""
+"""The suite spec: a suite file's tasks, seeds, sweep and settings (:class:`Suite`, :class:`TaskSpec`,
+:class:`SlurmSpec`), checked key by key, and :func:`plan`, which resolves it into one :class:`Job`
+per (task, variant, seed)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
-SUITE_KEYS = ("name", "tasks", "seeds", "overrides", "workers", "out", "threads", "absolute_eval_factor")
+from marl_ppo.suite.sweep import Grid, SweepError, grid_overrides, parse_sweep, run_slug, variant_name
+
+SUITE_KEYS = ("name", "tasks", "seeds", "overrides", "sweep", "workers", "out", "threads", "absolute_eval_factor",
+              "slurm")
 TASK_KEYS = ("config", "name", "overrides")
+SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup")
 
 
 class SuiteError(ValueError):
@@ -101,8 +106,52 @@ def _resolve(path: str, base: Optional[Path], where: str) -> Path:
 
 
 @dataclass(frozen=True)
+class SlurmSpec:
+    """The suite file's ``slurm:`` section: how the ``slurm`` launcher asks for each job.
+
+    Attributes:
+        cluster: submitit's cluster: ``slurm``, or ``local`` (jobs as local processes: for tests) or ``debug``.
+        partition: SLURM partition (``None``: the cluster's default).
+        time: time limit per job, in minutes.
+        cpus: CPUs per job (default: the suite's ``threads``, else 1).
+        gpus: GPUs per job.
+        mem_gb: memory per job in GB (``None``: the cluster's default).
+        array_parallelism: jobs of the array running at once.
+        setup: shell lines run before each job (e.g. ``source venv/bin/activate``).
+    """
+
+    cluster: str = "slurm"
+    partition: Optional[str] = None
+    time: int = 60
+    cpus: Optional[int] = None
+    gpus: int = 0
+    mem_gb: Optional[int] = None
+    array_parallelism: int = 256
+    setup: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> "SlurmSpec":
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise SuiteError(f"{where} must be a mapping with keys {', '.join(SLURM_KEYS)}; got {raw!r}")
+        _check_keys(where, raw, SLURM_KEYS)
+        kw = dict(raw)
+        if kw.get("cluster", "slurm") not in ("slurm", "local", "debug"):
+            raise SuiteError(f"{where}.cluster must be one of ['slurm', 'local', 'debug'], got {kw['cluster']!r}")
+        for key in ("time", "cpus", "gpus", "mem_gb", "array_parallelism"):
+            v = kw.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "gpus" else 1)):
+                raise SuiteError(f"{where}.{key} must be an integer >= {0 if key == 'gpus' else 1}, got {v!r}")
+        setup = kw.get("setup", ())
+        kw["setup"] = tuple([setup] if isinstance(setup, str) else setup)
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class Suite:
-    """A benchmark suite: tasks × seeds, common overrides, how many worker processes, where to write."""
+    """A benchmark suite: tasks × sweep variants × seeds, common overrides, how many worker processes,
+    where to write, and how SLURM jobs ask for resources."""
 
     tasks: tuple[TaskSpec, ...]
     seeds: tuple[int, ...] = (0,)
@@ -112,6 +161,8 @@ class Suite:
     name: Optional[str] = None
     threads: Optional[int] = None
     absolute_eval_factor: int = 10
+    sweep: Grid = ()
+    slurm: SlurmSpec = SlurmSpec()
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -142,6 +193,11 @@ class Suite:
         kwargs: dict[str, Any] = {k: raw[k] for k in ("workers", "out", "name", "threads", "absolute_eval_factor") if raw.get(k) is not None}
         if "out" in kwargs:
             kwargs["out"] = str(kwargs["out"])
+        try:
+            kwargs["sweep"] = parse_sweep(raw.get("sweep"), f"{source}: sweep")
+        except SweepError as err:
+            raise SuiteError(str(err)) from None
+        kwargs["slurm"] = SlurmSpec.parse(raw.get("slurm"), f"{source}: slurm")
         return cls(tasks=tasks, seeds=tuple(seeds), overrides=tuple(_as_overrides(raw.get("overrides"), f"{source}: overrides")), **kwargs)
 
     @classmethod
@@ -165,7 +221,11 @@ class Suite:
 
 @dataclass(frozen=True)
 class Job:
-    """One (task, seed) run, resolved: names for the results, the run directory, the full config."""
+    """One (task, variant, seed) run, resolved: names for the results, the run directory, the full config.
+
+    ``variant`` is the sweep variant's name (empty without a sweep); the results call the run's
+    algorithm :attr:`result_algorithm`, ``<algorithm>[<variant>]``.
+    """
 
     environment: str
     task: str
@@ -175,40 +235,55 @@ class Job:
     config_yaml: str
     absolute_episodes: int
     threads: Optional[int]
+    variant: str = ""
+
+    @property
+    def result_algorithm(self) -> str:
+        return f"{self.algorithm}[{self.variant}]" if self.variant else self.algorithm
 
     @property
     def label(self) -> str:
-        return f"{self.environment}/{self.task}/{self.algorithm}/seed_{self.seed}"
+        return f"{self.environment}/{self.task}/{self.result_algorithm}/seed_{self.seed}"
 
 
-def plan(suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str] = ()) -> list[Job]:
-    """Every (task, seed) run of ``suite`` with its resolved config; config errors raise here, before any run."""
+def plan(suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str] = (),
+         remote: bool = False) -> list[Job]:
+    """Every (task, variant, seed) run of ``suite`` with its resolved config; config errors raise
+    here, before any run. Overrides apply as: task file, suite, task, sweep variant, ``overrides``.
+
+    ``remote``: the jobs run elsewhere (Ray, SLURM): no progress bar, one torch thread by default,
+    as in worker processes."""
     from marl_ppo.config import ConfigError, load_config, to_yaml
 
     out_dir = Path(out if out is not None else suite.out).resolve()
-    workers_threads = suite.threads if suite.threads is not None else (1 if suite.workers > 1 else None)
+    apart = remote or suite.workers > 1
+    workers_threads = suite.threads if suite.threads is not None else (1 if apart else None)
     jobs: list[Job] = []
-    seen: dict[tuple, str] = {}
+    seen: dict[str, str] = {}
     for i, task in enumerate(suite.tasks):
-        for seed in suite.seeds:
-            try:
-                cfg = load_config(task.config, [*suite.overrides, *task.overrides, *overrides])
-            except ConfigError as err:
-                raise SuiteError(f"tasks[{i}] ({task.config or 'defaults'}): {err}") from None
-            name = task.name or cfg.env.scenario
-            cfg.train.seed = seed
-            cfg.log.root = str(out_dir / "runs")
-            cfg.log.name = f"{name}-{cfg.loss.algorithm}-seed{seed}"
-            if suite.workers > 1:  # a progress bar per worker would only fill worker.log
-                cfg.log.progress = False
-            key = (cfg.env.kind, name, cfg.loss.algorithm, seed)
-            if key in seen:
-                raise SuiteError(
-                    f"tasks[{i}] and {seen[key]} are both {'/'.join(map(str, key[:3]))} with seed {seed}; "
-                    "give one of them a different 'name'")
-            seen[key] = f"tasks[{i}]"
-            episodes = suite.absolute_eval_factor * cfg.log.eval_episodes
-            jobs.append(Job(cfg.env.kind, name, cfg.loss.algorithm, seed, str(Path(cfg.log.root) / cfg.log.name),
-                            to_yaml(cfg), episodes, workers_threads))
+        for variant_overrides in grid_overrides(suite.sweep):
+            where = f"tasks[{i}]" + (f" with sweep {list(variant_overrides)}" if variant_overrides else "")
+            for seed in suite.seeds:
+                try:
+                    cfg = load_config(task.config, [*suite.overrides, *task.overrides, *variant_overrides, *overrides])
+                    variant = variant_name(suite.sweep, cfg)
+                except (ConfigError, SweepError) as err:
+                    raise SuiteError(f"{where} ({task.config or 'defaults'}): {err}") from None
+                name = task.name or cfg.env.scenario
+                cfg.train.seed = seed
+                cfg.log.root = str(out_dir / "runs")
+                cfg.log.name = f"{name}-{cfg.loss.algorithm}{'-' + run_slug(variant) if variant else ''}-seed{seed}"
+                if apart:  # a progress bar per worker would only fill worker.log
+                    cfg.log.progress = False
+                episodes = suite.absolute_eval_factor * cfg.log.eval_episodes
+                job = Job(cfg.env.kind, name, cfg.loss.algorithm, seed, str(Path(cfg.log.root) / cfg.log.name),
+                          to_yaml(cfg), episodes, workers_threads, variant)
+                for key in (job.label, job.run_dir):
+                    if key in seen:
+                        raise SuiteError(
+                            f"{where} and {seen[key]} are both {job.label} ({job.run_dir}); give one of them a different "
+                            "'name', or sweep values that differ once resolved")
+                    seen[key] = where
+                jobs.append(job)
     return jobs
 

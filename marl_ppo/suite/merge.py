@@ -1,0 +1,104 @@
+"""Merging suites run on different machines: one marl-eval JSON and one plot (:func:`merge_suites`).
+
+Each input is a suite's output folder (its ``marl_eval.json``) or a marl-eval JSON file. The inputs
+must hold different runs of the same experiment: no run (environment, task, algorithm, seed) twice,
+and, once merged, every task of an environment with the same algorithms / variants and the same
+runs, with the same evaluation steps and metrics (what marl-eval's aggregation needs). Anything
+else is refused with a message naming the task, the variants and the inputs they came from.
+
+>>> run = {"step_1": {"step_count": 10, "return": [1.0]}, "absolute_metrics": {"return": [1.0]}}
+>>> a = {"vmas": {"nav": {"mappo": {"seed_0": run}}}}
+>>> b = {"vmas": {"nav": {"mappo": {"seed_1": run}}}}
+>>> sorted(merge_marl_eval([("A", a), ("B", b)])["vmas"]["nav"]["mappo"])
+['seed_0', 'seed_1']
+>>> merge_marl_eval([("A", a), ("B", {"vmas": {"bal": {"ippo": {"seed_1": run}}}})])
+Traceback (most recent call last):
+...
+marl_ppo.suite.spec.SuiteError: cannot merge: vmas/bal has algorithms ['ippo'] (from B) but vmas/nav has ['mappo'] (from A); merge suites that ran the same tasks and variants
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from marl_ppo.suite._files import write_json
+from marl_ppo.suite.marl_eval import validate_marl_eval, write_marl_eval
+from marl_ppo.suite.spec import SuiteError
+
+__all__ = ["merge_marl_eval", "merge_suites", "read_suite_json"]
+
+
+def read_suite_json(source: str | Path) -> dict[str, Any]:
+    """A suite output folder's ``marl_eval.json``, or a marl-eval JSON file."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / "marl_eval.json"
+    if not path.is_file():
+        raise SuiteError(f"{source}: no marl-eval JSON there (expected a suite's output folder or a .json file)")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise SuiteError(f"{path}: not valid JSON: {err}") from None
+
+
+def _from(origin: Mapping[tuple, str], *prefix: str) -> str:
+    names = sorted({src for key, src in origin.items() if key[:len(prefix)] == prefix})
+    return ", ".join(names)
+
+
+def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The union of several marl-eval objects ``[(name, data), ...]``; refuses overlaps and mismatches."""
+    merged: dict[str, Any] = {}
+    origin: dict[tuple, str] = {}
+    for name, data in sources:
+        try:
+            validate_marl_eval(data)
+        except ValueError as err:
+            raise SuiteError(f"{name}: {err}") from None
+        for env, tasks in data.items():
+            for task, algos in tasks.items():
+                for algo, runs in algos.items():
+                    for run, steps in runs.items():
+                        key = (env, task, algo, run)
+                        if key in origin:
+                            raise SuiteError(f"cannot merge: {'/'.join(key)} is in both {origin[key]} and {name}")
+                        origin[key] = name
+                        merged.setdefault(env, {}).setdefault(task, {}).setdefault(algo, {})[run] = steps
+    for env, tasks in merged.items():
+        (ref_task, ref_algos), *_ = tasks.items()
+        for task, algos in tasks.items():
+            if sorted(algos) != sorted(ref_algos):
+                raise SuiteError(
+                    f"cannot merge: {env}/{task} has algorithms {sorted(algos)} (from {_from(origin, env, task)}) "
+                    f"but {env}/{ref_task} has {sorted(ref_algos)} (from {_from(origin, env, ref_task)}); "
+                    "merge suites that ran the same tasks and variants")
+        ref_algo, ref_runs = next(iter(ref_algos.items()))
+        for task, algos in tasks.items():
+            for algo, runs in algos.items():
+                if sorted(runs) != sorted(ref_runs):
+                    raise SuiteError(
+                        f"cannot merge: {env}/{task}/{algo} has runs {sorted(runs)} (from {_from(origin, env, task, algo)}) "
+                        f"but {env}/{ref_task}/{ref_algo} has {sorted(ref_runs)}; every task and variant needs the same seeds")
+    try:
+        validate_marl_eval(merged, same_shape=True)
+    except ValueError as err:
+        raise SuiteError(f"cannot merge: {err} (runs of different lengths or evaluation schedules)") from None
+    return merged
+
+
+def merge_suites(sources: Sequence[str | Path], out: str | Path, *, plot: bool = True, ci: str = "t",
+                 title: Optional[str] = None) -> tuple[Path, Optional[Path]]:
+    """Merges suite outputs into ``out/marl_eval.json`` and ``out/returns.png``; returns both paths."""
+    if len(sources) < 2:
+        raise SuiteError(f"merge needs at least two suite outputs, got {len(sources)}")
+    merged = merge_marl_eval([(str(s), read_suite_json(s)) for s in sources])
+    out = Path(out)
+    json_path = write_marl_eval(merged, out / "marl_eval.json")
+    write_json(out / "merged_from.json", {"sources": [str(Path(s).resolve()) for s in sources]})
+    plot_path = None
+    if plot:
+        from marl_ppo.suite.plot import plot_suite
+
+        plot_path = plot_suite(merged, out / "returns.png", ci=ci, title=title)
+    return json_path, plot_path

@@ -1,0 +1,86 @@
+"""The ``slurm`` launcher: a suite's jobs as one ``submitit`` job array (``submitit.AutoExecutor``).
+
+Resources come from the suite file's ``slurm:`` section (:class:`~marl_ppo.suite.spec.SlurmSpec`):
+partition, time limit, CPUs (default: the suite's ``threads``), GPUs, memory, how many array jobs
+at once, setup lines. SLURM jobs write their run directories straight into ``--out``, which must
+be on storage that the compute nodes share (as submitit's own folder, ``<out>/slurm/``, must be).
+``cluster: local`` runs the same array as local processes (submitit's ``LocalExecutor``), which is
+how the tests run it. A failed array job is reported with its error; the others go on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from marl_ppo.suite.spec import Job, SlurmSpec, SuiteError
+
+if TYPE_CHECKING:
+    from marl_ppo.suite.runner import RunResult
+
+__all__ = ["run_on_slurm", "executor_parameters"]
+
+
+def _array_job(job_record: dict[str, Any]) -> dict[str, Any]:
+    """One array job: runs the suite job on the compute node and returns its result."""
+    import warnings
+
+    from marl_ppo.suite.runner import _execute
+
+    warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
+    res = _execute(Job(**job_record))
+    return {"status": res.status, "error": res.error, "seconds": res.seconds}
+
+
+def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
+    """``AutoExecutor.update_parameters`` keywords for ``spec`` (``slurm_*`` ones are SLURM-only)."""
+    params: dict[str, Any] = {
+        "name": "marl-ppo-suite",
+        "timeout_min": spec.time,
+        "cpus_per_task": spec.cpus or threads or 1,
+        "gpus_per_node": spec.gpus,
+        "slurm_array_parallelism": spec.array_parallelism,
+    }
+    if spec.partition:
+        params["slurm_partition"] = spec.partition
+    if spec.mem_gb:
+        params["mem_gb"] = spec.mem_gb
+    if spec.setup:
+        params["slurm_setup"] = list(spec.setup)
+    return params
+
+
+def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable[[str], None]) -> list[RunResult]:
+    """Submits ``jobs`` (already prepared in ``out_dir``) as one job array; their results in job order."""
+    try:
+        import submitit
+    except ImportError as err:
+        raise SuiteError("the slurm launcher needs submitit: pip install 'marl-ppo[cluster]'") from err
+    from marl_ppo.suite.runner import RunResult, record_failure
+
+    if not jobs:
+        return []
+    executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)
+    executor.update_parameters(**executor_parameters(spec, jobs[0].threads))
+    t0 = time.perf_counter()
+    array = executor.map_array(_array_job, [dataclasses.asdict(j) for j in jobs])
+    echo(f"{spec.cluster}: submitted a job array of {len(array)} ({array[0].job_id.split('_')[0]})")
+    results: list[RunResult] = []
+    try:
+        for job, sub in zip(jobs, array):
+            try:
+                rec = sub.result()
+            except Exception as err:  # submitit.core.utils.FailedJobError and friends: the job died
+                lines = str(err).strip().splitlines()
+                res = record_failure(job, f"{type(err).__name__}: {lines[-1] if lines else ''} (log: {sub.paths.stderr})",
+                              time.perf_counter() - t0)
+            else:
+                res = RunResult(job, rec["status"], rec["error"], rec["seconds"])
+            echo(f"{res.status:<6} {job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
+            results.append(res)
+    except BaseException:  # interrupted: cancel the rest of the array
+        for sub in array[len(results):]:
+            sub.cancel(check=False)
+        raise
+    return results
