@@ -19,7 +19,7 @@ Policy weights go to the workers once before the first batch and after every upd
 
 >>> from marl_ppo.config import load_config
 >>> from marl_ppo.trainer import build
->>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
+>>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40", "train.minibatch_size=40",
 ...     "train.total_frames=80", "model.hidden=[16]"])
 >>> parts = build(cfg)
 >>> collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=80)

@@ -14,14 +14,15 @@ marl_ppo.config.ConfigError: unknown config key 'train.lr_rate'; did you mean 't
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "CollectorConfig", "TrainConfig", "LogConfig", "Config", "load_config"]
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "CollectorConfig", "TrainConfig", "WandbConfig", "MlflowConfig",
+           "LogConfig", "Config", "load_config"]
 
 
 class ConfigError(ValueError):
@@ -286,6 +287,43 @@ class TrainConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases, used when ``log.loggers`` lists ``wandb``.
+
+    Attributes:
+        project: the W&B project.
+        entity: the W&B team or user (empty: your default entity).
+        group: a group for related runs (a sweep, the seeds of one setting).
+        tags: tags of the run.
+        mode: ``online``, ``offline`` (files under ``<run_dir>/wandb/``, sent later with
+            ``wandb sync``) or ``disabled``.
+    """
+
+    project: str = "marl_ppo"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    mode: str = "online"
+
+    def __post_init__(self) -> None:
+        _choice("log.wandb.mode", self.mode, ("online", "offline", "disabled"))
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow, used when ``log.loggers`` lists ``mlflow``.
+
+    Attributes:
+        tracking_uri: where runs are recorded (a server URL, ``sqlite:///mlflow.db``, a
+            ``file:`` folder); empty: ``file:<run_dir>/mlflow``, a file store in the run directory.
+        experiment: the MLflow experiment the run belongs to.
+    """
+
+    tracking_uri: Optional[str] = None
+    experiment: str = "marl_ppo"
+
+
+@dataclass
 class LogConfig:
     """Run directory, loggers, evaluation and checkpoints.
 
@@ -300,7 +338,9 @@ class LogConfig:
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
         video: VMAS only: save a GIF of one deterministic episode at every evaluation
-            (``videos/`` in the run directory).
+            (``videos/`` in the run directory; also sent to TensorBoard, W&B and MLflow).
+        wandb: W&B project, entity, group, tags and mode (:class:`WandbConfig`).
+        mlflow: MLflow tracking URI and experiment (:class:`MlflowConfig`).
     """
 
     root: str = "runs"
@@ -312,6 +352,8 @@ class LogConfig:
     progress: bool = True
     plot: bool = True
     video: bool = False
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
     def __post_init__(self) -> None:
         for lg in self.loggers:
@@ -388,14 +430,14 @@ class Config:
         return self.log.name or f"{env}-{self.loss.algorithm}-seed{self.train.seed}"
 
 
-def _known_keys() -> list[str]:
+def _known_keys(cls: type = None, prefix: str = "") -> list[str]:
+    """Every dotted key of the config, nested sections included (``log.wandb.project``)."""
     keys = []
-    for f in fields(Config):
-        keys.append(f.name)
-        sub = {"env": EnvConfig, "model": ModelConfig, "loss": LossConfig, "train": TrainConfig, "log": LogConfig}.get(f.name)
-        if sub is not None:
-            keys.extend(f"{f.name}.{g.name}" for g in fields(sub))
-    keys.extend(f"train.collector.{g.name}" for g in fields(CollectorConfig))
+    for f in fields(cls or Config):
+        keys.append(prefix + f.name)
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        if is_dataclass(default):
+            keys.extend(_known_keys(type(default), f"{prefix}{f.name}."))
     return keys
 
 
@@ -452,6 +494,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     assert isinstance(cfg, Config)
     cfg.check_devices()
     return cfg
+
+
+def to_container(cfg: Config) -> dict[str, Any]:
+    """The resolved config as nested plain dicts (what the loggers get as hyper-parameters)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg))
 
 
 def to_yaml(cfg: Config) -> str:

@@ -11,8 +11,14 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
+
+from marl_ppo import log_media
+
+if TYPE_CHECKING:
+    from marl_ppo.config import LogConfig, MlflowConfig, WandbConfig
 
 __all__ = ["RunLogger", "Progress", "read_scalars", "truncate_scalars"]
 
@@ -39,26 +45,39 @@ class Progress:
 class RunLogger:
     """Sends metrics to every configured torchrl logger; writes ``error.txt`` when a run fails."""
 
-    def __init__(self, run_dir: Path, loggers: list[str], exp_name: str, *, resume_step: int | None = None) -> None:
-        """``resume_step``: a resumed run's checkpoint step; what was logged after it is dropped first."""
-        from torchrl.record.loggers import get_logger
+    def __init__(self, run_dir: Path, log: "LogConfig | list[str]", exp_name: str, *, resume_step: int | None = None,
+                 config: dict[str, Any] | None = None) -> None:
+        """``log``: the run's :class:`~marl_ppo.config.LogConfig` (or just the logger names);
+        ``resume_step``: a resumed run's checkpoint step (what was logged after it is dropped
+        first); ``config``: the resolved config, sent to each logger as its hyper-parameters."""
+        from marl_ppo.config import LogConfig
 
+        log = log if isinstance(log, LogConfig) else LogConfig(loggers=list(log))
         self.run_dir = Path(run_dir)
         self.loggers = []
         if resume_step is not None:
             truncate_scalars(self.run_dir, resume_step)
-        for kind in loggers:
-            if kind == "csv":
-                from torchrl.record.loggers import CSVLogger
+        for kind in log.loggers:
+            try:
+                self.loggers.append(self._make(kind, log, exp_name, resume_step))
+            except ImportError as err:
+                raise ImportError(f"log.loggers asks for {kind!r}, which is not installed: {err}") from err
+        if config is not None:
+            for logger in self.loggers:
+                log_media.log_config(logger, config)
 
-                self.loggers.append(CSVLogger(exp_name="logs", log_dir=str(self.run_dir)))
-            elif kind == "tensorboard":
-                self.loggers.append(_tensorboard(self.run_dir / kind, exp_name, resume_step))
-            else:
-                try:
-                    self.loggers.append(get_logger(kind, logger_name=str(self.run_dir / kind), experiment_name=exp_name))
-                except ImportError as err:
-                    raise ImportError(f"log.loggers asks for {kind!r}, which is not installed: {err}") from err
+    def _make(self, kind: str, log: "LogConfig", exp_name: str, resume_step: int | None):
+        if kind == "csv":
+            from torchrl.record.loggers import CSVLogger
+
+            return CSVLogger(exp_name="logs", log_dir=str(self.run_dir))
+        if kind == "tensorboard":
+            return _tensorboard(self.run_dir / kind, exp_name, resume_step)
+        if kind == "wandb":
+            return _wandb(self.run_dir, log.wandb, exp_name)
+        if kind == "mlflow":
+            return _mlflow(self.run_dir, log.mlflow, exp_name)
+        raise ValueError(f"unknown logger {kind!r}")
 
     def progress(self, total: int, initial: int, enabled: bool) -> Progress:
         return Progress(total, initial, enabled)
@@ -70,6 +89,15 @@ class RunLogger:
                     logger.log_scalar(name, value, step=step)
         except OSError as err:  # torchrl's loggers name no file
             raise OSError(err.errno, f"cannot write the run's logs under {self.run_dir / 'logs'}: {err.strerror}") from err
+
+    def log_file(self, name: str, path: Path, step: int) -> None:
+        """An evaluation GIF or a plot PNG to every logger that shows media (see :mod:`marl_ppo.log_media`)."""
+        for logger in self.loggers:
+            log_media.log_file(logger, name, path, step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        for logger in self.loggers:
+            log_media.log_summary(logger, summary)
 
     def error(self, err: BaseException, reason: str | None = None) -> None:
         """Writes ``error.txt`` (the reason, then the traceback); says so on stderr if it cannot."""
@@ -90,6 +118,43 @@ class RunLogger:
             files.clear()
             if hasattr(exp, "flush") and hasattr(exp, "close"):  # TensorBoard's SummaryWriter
                 exp.close()
+            if hasattr(exp, "finish"):  # a W&B run
+                exp.finish()
+            if type(logger).__name__ == "MLFlowLogger":
+                import mlflow
+
+                mlflow.end_run()
+        self.loggers = []
+
+
+def _wandb(run_dir: Path, cfg: "WandbConfig", exp_name: str):
+    """torchrl's W&B logger; a resumed run goes on logging into the same W&B run (its id is kept)."""
+    from torchrl.record.loggers.wandb import WandbLogger
+
+    id_file = run_dir / "wandb" / "run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else None
+    logger = WandbLogger(exp_name, save_dir=str(run_dir), id=run_id, project=cfg.project, entity=cfg.entity,
+                         group=cfg.group, tags=list(cfg.tags), mode=cfg.mode, log_env_packages=False)
+    run_id = getattr(logger.experiment, "id", None)
+    if run_id:
+        id_file.parent.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(run_id)
+    return logger
+
+
+def _mlflow(run_dir: Path, cfg: "MlflowConfig", exp_name: str):
+    """torchrl's MLflow logger, in ``cfg.experiment``, the run named as the run directory."""
+    import mlflow
+    from torchrl.record.loggers.mlflow import MLFlowLogger
+
+    uri = cfg.tracking_uri or (run_dir / "mlflow").resolve().as_uri()
+    if uri.startswith("file:"):
+        # MLflow 3 refuses a file store unless asked: it is what a run directory can hold by itself
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    logger = MLFlowLogger(cfg.experiment, tracking_uri=uri)
+    _ = logger.experiment  # starts the run
+    mlflow.set_tag("mlflow.runName", exp_name)
+    return logger
 
 
 def _tensorboard(log_dir: Path, exp_name: str, resume_step: int | None):

@@ -39,7 +39,7 @@ from marl_ppo.checkpoints import (
     write_checkpoint,
 )
 from marl_ppo.collectors import FlatCollector, make_collector
-from marl_ppo.config import Config, to_yaml
+from marl_ppo.config import Config, to_container, to_yaml
 from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
 from marl_ppo.evaluation import evaluate
 from marl_ppo.groups import GroupSpec, read_group_specs
@@ -272,8 +272,8 @@ class Trainer:
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
         if resume:
             self._write_resume_log()
-        self.logger = RunLogger(self.run_dir, cfg.log.loggers, cfg.run_name(),
-                                resume_step=self.frames if resume else None)
+        self.logger = RunLogger(self.run_dir, cfg.log, cfg.run_name(), resume_step=self.frames if resume else None,
+                                config=to_container(cfg))
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -337,12 +337,14 @@ class Trainer:
         else:
             final = self._evaluate()
             self.logger.log(final, self.frames)
-        self.close()
         if self.cfg.log.plot:
             from marl_ppo.plots import plot_runs
 
-            plot_runs([self.run_dir], self.run_dir / "plots")
+            for path in plot_runs([self.run_dir], self.run_dir / "plots"):
+                self.logger.log_file(f"plots/{path.stem}", path, self.frames)
         summary = self._summary(final)
+        self.logger.log_summary(summary)
+        self.close()
         self.callbacks("on_run_end", self, summary)
         return summary
 
@@ -449,7 +451,8 @@ class Trainer:
             result = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
                               episodes=cfg.log.eval_episodes, callback=recorder)
         if recorder is not None:
-            recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
+            video = recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
+            self.logger.log_file("eval/video", video, self.frames)
         self._last_eval_iteration = self.iteration
         self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
         self._last_eval["eval/episodes"] = result.episodes
