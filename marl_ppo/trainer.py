@@ -258,6 +258,7 @@ class Trainer:
         self._resume_rng: dict[str, Any] | None = None  # restored after the envs restart (fit)
         self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
         self._saved_iteration: int | None = None
+        self._stop_requested = False
         iterations = cfg.train.iterations
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.parts.step.optimizer,
@@ -305,6 +306,8 @@ class Trainer:
                     collector.update_policy_weights_()
                     if stop.requested:
                         raise _StopRequested
+                    if self._stop_requested:
+                        break
                     if self._checkpoint_due() and self.frames < cfg.train.total_frames:
                         self._write(self._snapshot)
                         self._restart_episodes(collector, self._snapshot["rng"])
@@ -327,6 +330,11 @@ class Trainer:
             self.logger.error(err)
             self.close()
             raise
+
+    def stop(self) -> None:
+        """Ends the run after the current iteration, as when ``train.total_frames`` is reached
+        (final checkpoint, evaluation, plots, summary): for a callback's early stopping."""
+        self._stop_requested = True
 
     def _finish(self) -> dict[str, Any]:
         """The final checkpoint, evaluation, plots and summary."""

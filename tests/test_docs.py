@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,17 @@ def test_config_reference_refuses_an_undocumented_field():
     assert hook.config_sections(Root, extra={"Section.undocumented": "now described"})
     with pytest.raises(hook.MissingDescription, match="no longer exist"):
         hook.config_sections(Root, extra={"Section.undocumented": "x", "Section.gone": "y"})
+
+
+def test_committed_reference_pages_match_the_code(tmp_path):
+    """docs/reference/config.md and cli.md hold the generated blocks, so the repository shows them;
+    they must be what the code generates now (``python docs/hooks/reference.py`` rewrites them)."""
+    hook = _hook()
+    assert hook.stale_pages(DOCS) == [], "run `python docs/hooks/reference.py` and commit the pages"
+    copy = tmp_path / "reference"
+    shutil.copytree(DOCS / "reference", copy)
+    page = copy / "config.md"
+    page.write_text(page.read_text().replace("| `train.lr` |", "| `train.learning_rate` |"))
+    assert hook.stale_pages(tmp_path) == ["reference/config.md"]
+    hook.write_pages(tmp_path)
+    assert hook.stale_pages(tmp_path) == [] and page.read_text() == (DOCS / "reference" / "config.md").read_text()

@@ -189,6 +189,20 @@ def test_a_failing_callback_stops_the_run_naming_it_and_keeps_the_checkpoint(tmp
     assert "callback 'Exploding' failed" in (run / "error.txt").read_text()
 
 
+def test_a_callback_can_end_the_run_early(tmp_path):
+    class StopAtTwo(Callback):
+        def on_update_end(self, trainer, stats):
+            if trainer.iteration == 2:
+                trainer.stop()
+
+    run = tmp_path / "run"
+    cfg = load_config(overrides=TINY + ["log.plot=false", f"train.total_frames={6 * FPB}"])
+    summary = Trainer(cfg, run_dir=run, callbacks=[StopAtTwo()]).fit()
+    assert (summary["iteration"], summary["frames"]) == (2, 2 * FPB)
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["iteration"] == 2
+    assert not (run / "error.txt").exists()
+
+
 def test_an_object_with_no_hook_is_refused():
     with pytest.raises(TypeError, match="has none of the hooks"):
         Trainer(load_config(overrides=TINY), callbacks=[object()])

@@ -1,12 +1,18 @@
-"""mkdocs hook: generates the configuration and command-line references at build time.
+"""The configuration and command-line references, generated from the code and committed.
 
-* ``<!-- generated: config-reference -->`` in a page becomes one table per config section
+``python docs/hooks/reference.py`` rewrites the generated blocks of ``docs/reference/config.md``
+and ``docs/reference/cli.md`` (between ``<!-- generated: NAME -->`` and ``<!-- end generated:
+NAME -->``), so that the pages read on the repository are complete. As an mkdocs hook, this file
+fails the build when a committed block differs from what the code generates now, and
+``tests/test_docs.py`` fails the same way: a reference page cannot go stale.
+
+* ``config-reference``: one table per config section
   (key, type, default, description), read from the dataclasses in ``marl_ppo/config.py``.
   Descriptions come from each dataclass's ``Attributes:`` docstring section; a nested section
   (``env``, ``model``, ...) is described by its class's first docstring line; the few fields
   documented nowhere else take theirs from ``EXTRA_DESCRIPTIONS`` below. A field with no
   description anywhere stops the build (``MissingDescription``), so the reference cannot go stale.
-* ``<!-- generated: cli-reference -->`` becomes the ``--help`` text of ``marl-ppo`` and of each
+* ``cli-reference``: the ``--help`` text of ``marl-ppo`` and of each
   of its subcommands, produced by running ``marl_ppo.cli.main([... "--help"])``.
 
 ``tests/test_docs.py`` imports this file to check the generated tables.
@@ -266,9 +272,69 @@ def cli_reference() -> str:
 # -- mkdocs events ------------------------------------------------------------------------
 
 
+# -- committed blocks ---------------------------------------------------------------------
+
+# page (relative to docs/) -> (block name, generator)
+GENERATED = {
+    "reference/config.md": ("config-reference", lambda: config_reference()),
+    "reference/cli.md": ("cli-reference", lambda: cli_reference()),
+}
+REGENERATE = "python docs/hooks/reference.py"
+
+
+def render(text: str, name: str, body: str) -> str:
+    """``text`` with its ``name`` block (or the bare start marker) replaced by ``body``."""
+    start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+    if start not in text:
+        raise ValueError(f"no {start} marker in the page")
+    i = text.index(start)
+    j = text.index(end, i) + len(end) if end in text[i:] else i + len(start)
+    block = (f"{start}\n<!-- written by `{REGENERATE}` from the code: edit the code, then run it -->\n\n"
+             f"{body.rstrip()}\n\n{end}")
+    return text[:i] + block + text[j:]
+
+
+def stale_pages(docs_dir: str | os.PathLike) -> list[str]:
+    """The generated pages whose committed block differs from what the code generates now."""
+    from pathlib import Path
+
+    stale = []
+    for page, (name, generate) in GENERATED.items():
+        text = (Path(docs_dir) / page).read_text()
+        if render(text, name, generate()) != text:
+            stale.append(page)
+    return stale
+
+
+def write_pages(docs_dir: str | os.PathLike) -> list[str]:
+    """Rewrites the generated blocks; returns the pages that changed."""
+    from pathlib import Path
+
+    changed = []
+    for page, (name, generate) in GENERATED.items():
+        path = Path(docs_dir) / page
+        text = path.read_text()
+        new = render(text, name, generate())
+        if new != text:
+            path.write_text(new)
+            changed.append(page)
+    return changed
+
+
+# -- mkdocs events ------------------------------------------------------------------------
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (mkdocs signature)
-    if CONFIG_MARKER in markdown:
-        markdown = markdown.replace(CONFIG_MARKER, config_reference())
-    if CLI_MARKER in markdown:
-        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    entry = GENERATED.get(page.file.src_uri)
+    if entry is not None and render(markdown, entry[0], entry[1]()) != markdown:
+        raise ValueError(f"docs/{page.file.src_uri} is out of date with the code: run `{REGENERATE}`")
     return markdown
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's marl_ppo
+    for page in write_pages(Path(__file__).resolve().parents[1]) or ["(nothing changed)"]:
+        print(page)

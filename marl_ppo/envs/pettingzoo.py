@@ -27,10 +27,13 @@ are refused with the group, key and shape.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
 import pkgutil
+import warnings
+from collections.abc import Iterator
 from functools import partial
 from typing import Any, Callable
 
@@ -124,14 +127,15 @@ def _wrap(game: Any, group_map_name: str | None, seed: int, **options: Any) -> E
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
     from torchrl.envs.utils import MarlGroupMapType
 
-    env = PettingZooWrapper(
-        game,
-        use_mask=True,  # compulsory for AEC envs; in parallel ones it masks agents that have left
-        group_map=None if group_map_name is None else MarlGroupMapType[group_map_name.upper()],
-        seed=seed,
-        categorical_actions=True,
-        **options,
-    )
+    with _quiet_version_notice():
+        env = PettingZooWrapper(
+            game,
+            use_mask=True,  # compulsory for AEC envs; in parallel ones it masks agents that have left
+            group_map=None if group_map_name is None else MarlGroupMapType[group_map_name.upper()],
+            seed=seed,
+            categorical_actions=True,
+            **options,
+        )
     # flattened in each copy, so that a batched env (its shared buffers, its resets) sees one layout
     return TransformedEnv(env, FlatObservation.for_env(env)) if needs_flattening(env) else env
 
@@ -140,12 +144,21 @@ def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: in
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
     module = importlib.import_module(f"mpe2.{task}")
-    return PettingZooWrapper(
-        module.parallel_env(max_cycles=max_steps, continuous_actions=continuous, **kwargs),
-        use_mask=True,
-        seed=seed,
-        categorical_actions=True,
-    )
+    with _quiet_version_notice():
+        return PettingZooWrapper(
+            module.parallel_env(max_cycles=max_steps, continuous_actions=continuous, **kwargs),
+            use_mask=True,
+            seed=seed,
+            categorical_actions=True,
+        )
+
+
+@contextlib.contextmanager
+def _quiet_version_notice() -> Iterator[None]:
+    """torchrl warns on every wrapper that it was tested with PettingZoo 1.24.3; we pin and test 1.27."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested", category=UserWarning)
+        yield
 
 
 def _classic_id(task: str) -> str:
