@@ -1,7 +1,7 @@
 """The trainer: collect, route rewards, advantages per group, PPO epochs with one aggregated step.
 
 Reads top to bottom: :func:`build` wires the parts from a :class:`~marl_ppo.config.Config`;
-:class:`Trainer` runs the loop, logs, evaluates and checkpoints; :func:`ppo_update` is the update.
+:class:`Trainer` runs the loop, logs, evaluates and checkpoints; :func:`~marl_ppo.update.ppo_update` is the update.
 
 >>> from marl_ppo.config import load_config
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
@@ -21,11 +21,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 
 from marl_ppo.aggregate import AggregatedStep
@@ -47,16 +47,13 @@ from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import RunLogger
 from marl_ppo.signals import RunInterrupted, StopSignals
+from marl_ppo.update import StopRequested, TrainingError, ppo_update
 from marl_ppo.video import FrameRecorder
 
 __all__ = ["Parts", "build", "ppo_update", "episode_returns", "Trainer", "TrainingError", "RunInterrupted",
            "load_policy"]
 
 CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
-
-
-class TrainingError(RuntimeError):
-    """A run that cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
 
 
 @dataclass
@@ -121,92 +118,6 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     return Parts(env, groups, bound, router, step)
 
 
-def _update_keys(router: GroupRouter) -> list:
-    """The entries the losses read: selecting them first keeps minibatch indexing cheap."""
-    keys: set = set()
-    for g, loss in router.losses.items():
-        spec = router.groups[g]
-        keys.update(spec.observation_keys)
-        if spec.action_mask_key is not None:
-            keys.add(spec.action_mask_key)
-        if spec.keys.mask is not None:
-            keys.add(spec.keys.mask)
-        keys.update([spec.keys.advantage, spec.keys.value_target])
-        if loss.clip_value is not None:  # value clipping compares against the collected value
-            keys.add(spec.keys.value)
-        actions = loss.tensor_keys.action
-        log_probs = loss.tensor_keys.sample_log_prob
-        for k in ([actions] if isinstance(actions, (str, tuple)) else actions):
-            keys.add(k)
-        for k in ([log_probs] if isinstance(log_probs, (str, tuple)) else log_probs):
-            keys.add(k)
-    return sorted(keys, key=str)
-
-
-def ppo_update(
-    router: GroupRouter,
-    step: AggregatedStep,
-    batch: TensorDictBase,
-    *,
-    num_epochs: int,
-    minibatch_size: int,
-    check_each_step: bool | None = None,
-    should_stop: Callable[[], bool] | None = None,
-) -> TensorDictBase:
-    """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
-
-    Returns the per-group diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm``.
-    A non-finite loss raises :class:`TrainingError`, checked after every step on CPU
-    (``check_each_step``, default) and after every epoch on an accelerator. ``should_stop`` is
-    asked after every step; when it answers true the update stops there (``_StopRequested``).
-    """
-    flat = batch.select(*_update_keys(router)).reshape(-1)
-    n = flat.shape[0]
-    n_minibatches = max(n // minibatch_size, 1)
-    # on an accelerator, reading the loss each step would make the host wait for the device every
-    # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way)
-    if check_each_step is None:
-        check_each_step = all(p.device.type == "cpu" for p in step.params)
-    total, count = None, 0
-    for _ in range(num_epochs):
-        perm = torch.randperm(n, device=flat.device)
-        logged = []
-        for i in range(n_minibatches):
-            losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
-            stats = step(losses)
-            if check_each_step and not torch.isfinite(stats["loss"]):
-                raise TrainingError(_non_finite_message(losses))
-            if should_stop is not None and should_stop():
-                raise _StopRequested
-            losses.set("loss", stats["loss"])
-            losses.set("grad_norm", stats["grad_norm"])
-            logged.append(losses.detach())  # detached: a kept loss keeps its step's autograd graph
-        if not check_each_step:
-            finite = torch.isfinite(torch.stack([losses.get("loss") for losses in logged]))
-            if not finite.all():
-                raise TrainingError(_non_finite_message(logged[int((~finite).nonzero()[0])]))
-        # Summed once per epoch: one tensordict op per epoch instead of per minibatch, and no
-        # thousands of small tensors kept across the update, which pinned the freed activation
-        # memory in the allocator's heap (peak RSS 4.7 GB instead of 0.9 GB at minibatch 4096).
-        epoch_sum = torch.stack(logged).sum(0)
-        total = epoch_sum if total is None else total + epoch_sum
-        count += len(logged)
-    # not `total / count`: dividing a TensorDict by an int adds `int` to tensordict's memo of known
-    # classes, which a torch.compile guard of the compiled losses watches (one needless recompile)
-    return total.apply(lambda v: v / count)
-
-
-def _non_finite_message(losses: TensorDictBase) -> str:
-    bad = [
-        f"{g}/{k}={v.item()}"
-        for g, group_losses in losses.items()
-        if is_tensor_collection(group_losses)  # the per-group entries, not the logged total
-        for k, v in group_losses.items()
-        if k.startswith("loss_") and not torch.isfinite(v)
-    ]
-    return f"non-finite loss: {', '.join(bad) or 'aggregate'}; stopping (the last good checkpoint is kept)"
-
-
 def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float]:
     """Mean return of the episodes that ended in ``batch``, per group (mean over the group's agents)."""
     nxt = batch.get("next")
@@ -218,10 +129,6 @@ def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float
         ep = nxt.get((g, "episode_reward")).mean(dim=(-2, -1))
         out[g] = ep[done].mean().item()
     return out
-
-
-class _StopRequested(Exception):
-    """Raised inside the update when a stop signal has arrived (caught by :meth:`Trainer.fit`)."""
 
 
 class Trainer:
@@ -299,20 +206,20 @@ class Trainer:
                 t0 = time.perf_counter()
                 for batch in collector:
                     if stop.requested:
-                        raise _StopRequested
+                        raise StopRequested
                     t_collect = time.perf_counter() - t0
                     self._iterate(batch, groups, t_collect, should_stop=lambda: stop.requested is not None,
                                   progress=progress)
                     collector.update_policy_weights_()
                     if stop.requested:
-                        raise _StopRequested
+                        raise StopRequested
                     if self._stop_requested:
                         break
                     if self._checkpoint_due() and self.frames < cfg.train.total_frames:
                         self._write(self._snapshot)
                         self._restart_episodes(collector, self._snapshot["rng"])
                     t0 = time.perf_counter()
-        except _StopRequested:
+        except StopRequested:
             err = self._interrupted(stop.requested)
             self.logger.error(err, reason=str(err))
             self.close()

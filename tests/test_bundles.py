@@ -29,7 +29,7 @@ from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.policies import SharedAgentMLP, group_network
 from marl_ppo.router import GroupRouter
-from marl_ppo.trainer import _update_keys
+from marl_ppo.update import _update_keys
 
 B, T, OBS = 3, 8, 5
 HIDDEN = (16, 16)
