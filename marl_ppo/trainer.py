@@ -453,10 +453,10 @@ class Trainer:
     def _write_resume_log(self) -> None:
         """Says on stderr and in ``resume.log`` which checkpoint was used and why others were skipped."""
         previous = self.run_dir / "error.txt"
-        if previous.exists():  # the error that ended the previous session; this one starts clean
-            first = previous.read_text().splitlines()[:1]
+        previous_text = previous.read_text() if previous.exists() else None
+        if previous_text is not None:  # the error that ended the previous session; this one starts clean
+            first = previous_text.splitlines()[:1]
             self.resume_notes.append(f"the previous session ended with: {first[0] if first else '(empty error.txt)'}")
-            previous.unlink()
         for video in (self.run_dir / "videos").glob("eval_iter*.gif"):  # evaluations that will run again
             if int(video.stem.removeprefix("eval_iter")) > self.iteration:
                 video.unlink()
@@ -464,6 +464,10 @@ class Trainer:
         with open(self.run_dir / "resume.log", "a") as f:
             for note in self.resume_notes:
                 f.write(f"{stamp} {note}\n")
+            if previous_text is not None:  # kept whole here, then error.txt goes
+                f.write("".join(f"    {line}\n" for line in previous_text.splitlines()))
+        if previous_text is not None:
+            previous.unlink()
         for note in self.resume_notes:
             print(f"marl-ppo resume: {note}", file=sys.stderr)
 

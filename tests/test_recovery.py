@@ -192,7 +192,8 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(straight, tmp_path, 
     assert comparable(run) == comparable(straight)
     assert_each_step_once(run, [FPB * i for i in range(1, ITERATIONS + 1)])
     assert not (run / "error.txt").exists()
-    assert "simulated crash" in (run / "resume.log").read_text()
+    log = (run / "resume.log").read_text()  # the previous error is kept there, traceback and all
+    assert "the previous session ended with: RuntimeError: simulated crash" in log and "Traceback" in log
 
 
 def test_pettingzoo_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
