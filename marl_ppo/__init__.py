@@ -1,29 +1,43 @@
-"""marl_ppo: multi-agent PPO on torchrl, one PPO loss per agent group, one optimizer step."""
-from marl_ppo.aggregate import AggregatedStep, total_loss, unique_parameters
-from marl_ppo.groups import GroupKeys, GroupSpec, GroupSpecError, read_group_specs
-from marl_ppo.reward_table import (
-    BoundRewardTable,
-    RewardTable,
-    RewardTableError,
-    own,
-    signal,
-    team,
-)
-from marl_ppo.router import GroupRouter
+"""marl_ppo: multi-agent PPO on torchrl, one PPO loss per agent group, one optimizer step.
 
-__all__ = [
-    "AggregatedStep",
-    "GroupRouter",
-    "total_loss",
-    "unique_parameters",
-    "GroupKeys",
-    "GroupSpec",
-    "GroupSpecError",
-    "read_group_specs",
-    "BoundRewardTable",
-    "RewardTable",
-    "RewardTableError",
-    "own",
-    "signal",
-    "team",
-]
+The names below are imported on first use (PEP 562), so that ``import marl_ppo.cli`` and
+``marl-ppo --help`` do not pay for torch, torchrl, VMAS and PettingZoo; ``from marl_ppo import
+GroupRouter`` works as usual.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> module that defines it
+_EXPORTS = {
+    "AggregatedStep": "marl_ppo.aggregate",
+    "total_loss": "marl_ppo.aggregate",
+    "unique_parameters": "marl_ppo.aggregate",
+    "GroupKeys": "marl_ppo.groups",
+    "GroupSpec": "marl_ppo.groups",
+    "GroupSpecError": "marl_ppo.groups",
+    "read_group_specs": "marl_ppo.groups",
+    "BoundRewardTable": "marl_ppo.reward_table",
+    "RewardTable": "marl_ppo.reward_table",
+    "RewardTableError": "marl_ppo.reward_table",
+    "own": "marl_ppo.reward_table",
+    "signal": "marl_ppo.reward_table",
+    "team": "marl_ppo.reward_table",
+    "GroupRouter": "marl_ppo.router",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'marl_ppo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
