@@ -237,3 +237,13 @@ def test_module_entry_point_reports_errors():
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 1
     assert "unknown config key 'train.lr_rate'; did you mean 'train.lr'?" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["suite", "--help"]])
+def test_help_imports_no_torch(argv):
+    """``import marl_ppo`` is lazy: asking for help does not pay for torch, torchrl, VMAS or PettingZoo."""
+    code = (f"import sys\nfrom marl_ppo.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'torchrl', 'vmas', 'pettingzoo') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
