@@ -86,12 +86,16 @@ class FlatCollector:
     def restart(self, seed: int) -> bool:
         """Reseeds every env from ``seed`` and resets it (a checkpoint's episode boundary).
 
-        Returns ``False`` where the backend cannot (torchrl's ``RayCollector`` has neither
-        ``set_seed`` nor ``reset``): its envs then go on with their episodes.
+        Returns ``False`` where it cannot: torchrl's ``RayCollector`` has neither ``set_seed``
+        nor ``reset`` (its envs go on with their episodes). An env without ``_set_seed`` is only
+        reset (its new episodes come from whatever RNG it draws from).
         """
         if not (hasattr(self.collector, "set_seed") and hasattr(self.collector, "reset")):
             return False
-        self.collector.set_seed(seed)
+        try:
+            self.collector.set_seed(seed)
+        except NotImplementedError:  # an env without _set_seed (a custom env may have none)
+            pass
         self.collector.reset()
         return True
 

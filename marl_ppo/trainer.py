@@ -166,6 +166,7 @@ class Trainer:
         self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
         self._saved_iteration: int | None = None
         self._stop_requested = False
+        self._warned_unseeded = False
         iterations = cfg.train.iterations
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.parts.step.optimizer,
@@ -303,7 +304,11 @@ class Trainer:
         (``train.collector.backend`` ``process``/``ray``) the workers' own random streams are not
         in the checkpoint: a resumed run is then not bit-exact (its resume notes say so).
         """
-        collector.restart(self.cfg.train.seed + self.iteration)
+        set_rng_state(rng)  # an env drawing its resets from the global RNG draws the same in both runs
+        if not collector.restart(self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
+            self._warned_unseeded = True
+            print("marl-ppo: this collector cannot restart its envs at checkpoints (torchrl's RayCollector): "
+                  "a resumed run will not repeat this one exactly", file=sys.stderr)
         set_rng_state(rng)
 
     def _interrupted(self, signal_name: str) -> RunInterrupted:

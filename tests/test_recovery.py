@@ -208,6 +208,21 @@ def test_pettingzoo_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path,
     assert comparable(tmp_path / "run") == comparable(tmp_path / "straight")
 
 
+def test_custom_env_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A user's own EnvBase (two groups, a composite action) resumes exactly too: its ``_set_seed``
+    is what the checkpoint boundary reseeds."""
+    factory = f"{ROOT / 'tests' / 'custom_envs.py'}:make_depot"
+    cfg = load_config(overrides=[o for o in TINY if "n_agents" not in o] + ["env.kind=custom", f"env.factory={factory}"])
+    Trainer(cfg, run_dir=tmp_path / "straight").fit()
+    crash_after_logging(monkeypatch, 5)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(cfg, run_dir=tmp_path / "run").fit()
+    monkeypatch.undo()
+    Trainer(cfg, run_dir=tmp_path / "run", resume=True).fit()
+    assert_same_state(tmp_path / "straight", tmp_path / "run")
+    assert comparable(tmp_path / "run") == comparable(tmp_path / "straight")
+
+
 def test_run_without_checkpoint_resumes_as_a_fresh_start(straight, tmp_path, monkeypatch):
     run = tmp_path / "run"
     crash_after_logging(monkeypatch, 2)  # before the first checkpoint (iteration 3)
