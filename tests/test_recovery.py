@@ -196,16 +196,21 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(straight, tmp_path, 
     assert "the previous session ended with: RuntimeError: simulated crash" in log and "Traceback" in log
 
 
-def test_pettingzoo_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
-    cfg = load_config(PZ[0], overrides=PZ[1:])
+def assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, iteration: int, frames_per_batch: int):
+    """``cfg`` run straight, and run again with a crash after logging ``iteration`` then resumed: the same."""
     Trainer(cfg, run_dir=tmp_path / "straight").fit()
-    crash_after_logging(monkeypatch, 4, FPB // 2)
+    crash_after_logging(monkeypatch, iteration, frames_per_batch)
     with pytest.raises(RuntimeError, match="simulated crash"):
         Trainer(cfg, run_dir=tmp_path / "run").fit()
     monkeypatch.undo()
     Trainer(cfg, run_dir=tmp_path / "run", resume=True).fit()
     assert_same_state(tmp_path / "straight", tmp_path / "run")
     assert comparable(tmp_path / "run") == comparable(tmp_path / "straight")
+
+
+def test_pettingzoo_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
+    cfg = load_config(PZ[0], overrides=PZ[1:])
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB // 2)
 
 
 def test_custom_env_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -213,14 +218,7 @@ def test_custom_env_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path,
     is what the checkpoint boundary reseeds."""
     factory = f"{ROOT / 'tests' / 'custom_envs.py'}:make_depot"
     cfg = load_config(overrides=[o for o in TINY if "n_agents" not in o] + ["env.kind=custom", f"env.factory={factory}"])
-    Trainer(cfg, run_dir=tmp_path / "straight").fit()
-    crash_after_logging(monkeypatch, 5)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        Trainer(cfg, run_dir=tmp_path / "run").fit()
-    monkeypatch.undo()
-    Trainer(cfg, run_dir=tmp_path / "run", resume=True).fit()
-    assert_same_state(tmp_path / "straight", tmp_path / "run")
-    assert comparable(tmp_path / "run") == comparable(tmp_path / "straight")
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 5, FPB)
 
 
 def test_run_without_checkpoint_resumes_as_a_fresh_start(straight, tmp_path, monkeypatch):
