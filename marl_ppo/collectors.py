@@ -36,7 +36,7 @@ from tensordict import TensorDictBase
 from torchrl.collectors import BaseCollector, Collector
 from torchrl.envs import EnvBase
 
-from marl_ppo.config import Config, ConfigError, EnvConfig
+from marl_ppo.config import Config, EnvConfig
 
 __all__ = ["FlatCollector", "make_collector", "worker_env_fns", "WORKER_SEED_STRIDE"]
 
@@ -51,13 +51,7 @@ def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int) -> EnvBase:
 
 def worker_env_fns(cfg: Config) -> list[Callable[[], EnvBase]]:
     """One picklable env factory per collector worker, each with its share of ``env.num_envs``."""
-    n = cfg.train.collector.num_collectors
-    if cfg.env.num_envs % n:
-        raise ConfigError(f"env.num_envs ({cfg.env.num_envs}) must be divisible by "
-                          f"train.collector.num_collectors ({n}): each worker steps the same number of envs")
-    if cfg.train.frames_per_batch % cfg.env.num_envs:
-        raise ConfigError(f"train.frames_per_batch ({cfg.train.frames_per_batch}) must be a multiple of "
-                          f"env.num_envs ({cfg.env.num_envs}) with backend {cfg.train.collector.backend!r}")
+    n = cfg.train.collector.num_collectors  # Config checked that it divides env.num_envs
     return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE, cfg.env.num_envs // n)
             for i in range(n)]
 

@@ -402,6 +402,10 @@ class Config:
                 f"(each env steps the same number of times per batch); use e.g. {lower or env.num_envs} "
                 f"or {lower + env.num_envs}"
             )
+        workers = train.collector.num_collectors
+        if env.num_envs % workers:
+            raise ConfigError(f"env.num_envs ({env.num_envs}) must be divisible by "
+                              f"train.collector.num_collectors ({workers}): each worker steps the same number of envs")
         every = self.log.checkpoint_every
         if every and env.bounds_episodes and every * self.steps_per_batch < env.max_steps:
             # every periodic checkpoint restarts the envs' episodes (that is what makes resume exact)

@@ -99,7 +99,5 @@ def test_config_errors_name_the_keys():
         load_config(overrides=["train.collector.backend=mpi"])
     with pytest.raises(ConfigError, match="did you mean 'train.collector.backend'"):
         load_config(overrides=["train.collector.bakend=ray"])
-    cfg = _cfg("process", "env.num_envs=5", "train.frames_per_batch=50")
-    parts = build(cfg)
     with pytest.raises(ConfigError, match=r"env.num_envs \(5\) must be divisible by train.collector.num_collectors \(2\)"):
-        make_collector(cfg, parts.env, parts.router.policy, total_frames=100)
+        _cfg("process", "env.num_envs=5", "train.frames_per_batch=50")  # refused with the config, before any build
