@@ -31,7 +31,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch import nn
 
 from marl_ppo.groups import GroupKeys, GroupSpec
-from marl_ppo.policies import group_network
+from marl_ppo.models.modules import group_network
 
 __all__ = ["GroupBatchNet", "GroupBundle", "find_bundles"]
 

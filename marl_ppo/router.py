@@ -41,7 +41,7 @@ from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.groups import GroupSpec
-from marl_ppo.policies import Head, TensorOutModule, action_heads, build_actor, build_critic, group_network
+from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_critic, group_network
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
@@ -123,7 +123,7 @@ class GroupRouter(nn.Module):
         bundle_groups: run groups with identical specs through one loss call (see
             :mod:`marl_ppo.bundles`): the same losses, diagnostics and gradients, without each
             group's fixed per-call cost. Groups whose actor or critic was not built by
-            :func:`~marl_ppo.policies.build_actor` / :func:`~marl_ppo.policies.build_critic`, and
+            :func:`~marl_ppo.models.build_actor` / :func:`~marl_ppo.models.build_critic`, and
             every group when ``clip_value`` is set, keep their own call.
     """
 

@@ -35,7 +35,7 @@ from marl_ppo import RewardTable
 from marl_ppo.config import ConfigError, EnvConfig, load_config
 from marl_ppo.envs import classic_tasks, make_env, mpe_tasks, pettingzoo_tasks
 from marl_ppo.groups import read_group_specs
-from marl_ppo.policies import build_actor
+from marl_ppo.models import build_actor
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import read_scalars
 from marl_ppo.trainer import Trainer

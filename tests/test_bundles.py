@@ -27,7 +27,7 @@ from marl_ppo.aggregate import total_loss
 from marl_ppo.config import EnvConfig
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
-from marl_ppo.policies import SharedAgentMLP, group_network
+from marl_ppo.models import SharedAgentMLP, group_network
 from marl_ppo.router import GroupRouter
 from marl_ppo.update import _update_keys
 

@@ -3,7 +3,7 @@
 Known answer: a compiled router trains a few PPO epochs on a VMAS batch (the trainer's path), then
 an eager router with the same weights and the compiled one compute the losses of one minibatch:
 every loss term, every diagnostic and every gradient agree to float32 rounding. A second update
-runs without recompiling. ``marl_ppo.activations.Tanh`` (ATen's
+runs without recompiling. ``marl_ppo.models.activations.Tanh`` (ATen's
 tanh inside the compiled graph) is part of what is compared: forward and backward.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.testing import assert_close
 
-from marl_ppo.activations import Tanh, aten_tanh
+from marl_ppo.models.activations import Tanh, aten_tanh
 from marl_ppo.aggregate import total_loss
 from marl_ppo.config import load_config
 from marl_ppo.trainer import build

@@ -12,7 +12,7 @@ from torchrl.envs.libs.vmas import VmasEnv
 
 from marl_ppo import AggregatedStep, GroupRouter, RewardTable, read_group_specs
 from marl_ppo.envs.comm import CommAdapter
-from marl_ppo.distributions import StableTanhNormal
+from marl_ppo.models.distributions import StableTanhNormal
 from marl_ppo.toy_env import HybridTargetEnv
 from marl_ppo.trainer import ppo_update
 
@@ -108,7 +108,7 @@ def test_head_name_collision_is_kept_apart():
     from torchrl.data import Bounded, Categorical, Composite
 
     from marl_ppo.groups import GroupSpec
-    from marl_ppo.policies import build_actor, build_critic
+    from marl_ppo.models import build_actor, build_critic
 
     B, n = 3, 2
     action = Composite(
@@ -137,7 +137,7 @@ def test_head_name_that_would_collide_is_refused():
     from torchrl.data import Bounded, Composite
 
     from marl_ppo.groups import GroupSpec
-    from marl_ppo.policies import build_actor, build_critic
+    from marl_ppo.models import build_actor, build_critic
 
     action = Composite({"entropy": Bounded(-1, 1, shape=(3, 2, 1))}, shape=(3, 2))
     spec = GroupSpec("g", ("a", "b"), (("g", "observation"),), action, 1, ("g", "reward"), observation_shape=(2, 4))
@@ -202,8 +202,8 @@ def test_learns_hybrid_action_task():
 
 
 def test_vmas_multidiscrete_actions_get_a_multicategorical_head():
-    from marl_ppo.distributions import MultiCategorical
-    from marl_ppo.policies import action_heads
+    from marl_ppo.models.distributions import MultiCategorical
+    from marl_ppo.models import action_heads
 
     torch.manual_seed(0)
     env = VmasEnv("navigation", num_envs=4, continuous_actions=False, multidiscrete_actions=True,

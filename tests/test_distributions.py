@@ -1,4 +1,4 @@
-"""Tests for :mod:`marl_ppo.distributions`.
+"""Tests for :mod:`marl_ppo.models.distributions`.
 
 * :class:`StableTanhNormal`: ``entropy()`` is deterministic (trap 4: torchrl's ``TanhNormal``
   falls back to a 1-sample Monte-Carlo estimate), has the batch shape (event dims summed like
@@ -17,7 +17,7 @@ from torch.distributions import Categorical
 from torch.testing import assert_close
 from torchrl.modules.distributions import TanhNormal
 
-from marl_ppo.distributions import MultiCategorical, StableTanhNormal
+from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
 
 # -- StableTanhNormal ------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from torchrl.data import Bounded
 from marl_ppo import RewardTable, read_group_specs, own, team
 from marl_ppo.aggregate import AggregatedStep, total_loss, unique_parameters
 from marl_ppo.groups import GroupKeys, GroupSpec
-from marl_ppo.policies import build_actor, build_critic
+from marl_ppo.models import build_actor, build_critic
 from marl_ppo.router import GroupRouter
 
 GAMMA, LMBDA = 0.9, 0.8

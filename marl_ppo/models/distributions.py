@@ -1,4 +1,18 @@
-"""Action distributions torchrl does not ship in the form PPO on multi-agent data needs.
+"""Action distributions: which one each action spec gets, and the two torchrl lacks.
+
+:func:`action_heads` reads a group's action spec into heads, one per named leaf:
+
+=====================================  ==========================================
+action spec (per agent)                 distribution
+=====================================  ==========================================
+``Bounded`` box                         :class:`StableTanhNormal`
+``Unbounded`` box                       torchrl ``IndependentNormal`` (``Independent(Normal, 1)``)
+``Categorical`` / ``OneHot``            ``Categorical`` / ``OneHotCategorical`` (masked if the env gives a mask)
+``MultiCategorical``                    :class:`MultiCategorical`
+``Composite`` of named heads            ``CompositeDistribution``, one log-prob per head
+=====================================  ==========================================
+
+Written here because torchrl has no such form:
 
 * :class:`StableTanhNormal` -- a ``TanhNormal`` whose ``entropy()`` is deterministic. torchrl's
   ``TanhNormal`` has no closed-form entropy, so PPO falls back to a 1-sample Monte-Carlo
@@ -6,26 +20,41 @@
   term with Gauss-Hermite quadrature instead (written by hand: no library offers it).
 * :class:`MultiCategorical` -- independent categoricals over several discrete dimensions (VMAS
   ``multidiscrete_actions=True``), one joint log-prob per agent.
-
->>> import torch
->>> d = StableTanhNormal(torch.zeros(4, 2), torch.ones(4, 2))
->>> bool((d.entropy() == d.entropy()).all())  # identical calls, identical values
-True
->>> d.entropy().shape
-torch.Size([4])
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from tensordict.utils import NestedKey
 from torch import distributions as D
-from torchrl.modules.distributions import TanhNormal
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical as MultiCategoricalSpec,
+    MultiOneHot,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+from torchrl.modules.distributions import (
+    IndependentNormal,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    OneHotCategorical,
+    TanhNormal,
+)
 from torchrl.modules.distributions.utils import safeatanh_noeps
 
-__all__ = ["StableTanhNormal", "MultiCategorical"]
+from marl_ppo.groups import GroupSpec
+
+__all__ = ["StableTanhNormal", "MultiCategorical", "Head", "action_heads"]
 
 _GH_POINTS = 16
 _gh_x, _gh_w = np.polynomial.hermite.hermgauss(_GH_POINTS)
@@ -122,3 +151,76 @@ class MultiCategorical(D.Distribution):
     @property
     def deterministic_sample(self) -> torch.Tensor:
         return self.mode
+
+
+@dataclass(frozen=True)
+class Head:
+    """One action head: where its action lives, how many network outputs it needs, its distribution."""
+
+    name: tuple[str, ...]  # path inside the group's action ("" path for a plain action)
+    n_params: int
+    dist_class: type
+    dist_kwargs: dict[str, Any]
+    param_names: tuple[str, ...]  # "loc", "scale" or "logits"
+
+    @property
+    def key(self) -> NestedKey:
+        """The head's key inside the action composite (a string for a top-level head)."""
+        return self.name[0] if len(self.name) == 1 else self.name
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.name) if self.name else "action"
+
+
+def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
+    # spec is per agent: shape [n_agents, ...]
+    where = f"action head {'/'.join(name) or 'action'}"
+    if isinstance(spec, (Bounded,)) and spec.domain == "continuous":
+        low, high = spec.space.low[0], spec.space.high[0]
+        dim = spec.shape[-1]
+        return Head(name, 2 * dim, StableTanhNormal, {"low": low, "high": high}, ("loc", "scale"))
+    if isinstance(spec, Unbounded) and spec.domain == "continuous":
+        dim = spec.shape[-1]
+        return Head(name, 2 * dim, IndependentNormal, {"tanh_loc": False}, ("loc", "scale"))
+    # MultiCategorical/MultiOneHot subclass Categorical/OneHot: test them first
+    if isinstance(spec, (MultiCategoricalSpec, MultiOneHot)):
+        if masked:
+            raise NotImplementedError(f"{where}: action masks on multi-discrete actions are not supported")
+        if isinstance(spec, MultiOneHot):
+            raise NotImplementedError(
+                f"{where}: MultiOneHot actions are not supported; ask the env for categorical indices "
+                "(VMAS: multidiscrete_actions=True, categorical_actions=True)"
+            )
+        nvec = [int(n) for n in spec.nvec.reshape(-1, spec.nvec.shape[-1])[0]]
+        return Head(name, sum(nvec), MultiCategorical, {"nvec": nvec}, ("logits",))
+    if isinstance(spec, OneHot):
+        cls = MaskedOneHotCategorical if masked else OneHotCategorical
+        return Head(name, spec.shape[-1], cls, {}, ("logits",))
+    if isinstance(spec, Categorical):
+        if masked:
+            return Head(name, spec.space.n, MaskedCategorical, {}, ("logits",))
+        return Head(name, spec.space.n, torch.distributions.Categorical, {}, ("logits",))
+    if isinstance(spec, Binary):
+        raise NotImplementedError(f"{where}: Binary action specs are not supported yet")
+    raise NotImplementedError(f"{where}: no policy head for action spec {type(spec).__name__}")
+
+
+def action_heads(group: GroupSpec) -> list[Head]:
+    """The group's action heads, in spec order (one head for a plain tensor action)."""
+    spec = group.agent_action_spec
+    masked = group.action_mask_key is not None
+    if not isinstance(spec, Composite):
+        return [_leaf_head((), spec, masked)]
+    if masked:
+        # a mask the policy cannot apply would let it sample illegal actions: refuse, don't ignore it
+        raise NotImplementedError(
+            f"group {group.name!r}: the env gives an action mask {group.action_mask_key} but the action is a "
+            f"composite of heads {list(spec.keys(True, True))}; action masks work on one categorical action"
+        )
+    heads = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        key = (key,) if isinstance(key, str) else tuple(key)
+        heads.append(_leaf_head(key, spec[key], masked=False))
+    return heads
+

@@ -1,0 +1,123 @@
+"""Decentralised policies: one network over each agent's observation, heads from the action spec.
+
+>>> from torchrl.envs.libs.vmas import VmasEnv
+>>> from marl_ppo.groups import read_group_specs
+>>> env = VmasEnv("navigation", num_envs=2, n_agents=2, continuous_actions=True, seed=0)
+>>> group = read_group_specs(env)["agents"]
+>>> td = build_actor(group)(env.reset())
+>>> td["agents", "action"].shape, td["agents", "action_log_prob"].shape
+(torch.Size([2, 2, 2]), torch.Size([2, 2]))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict.nn import CompositeDistribution, InteractionType, NormalParamExtractor
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.modules import ProbabilisticActor
+
+from marl_ppo.groups import GroupSpec
+from marl_ppo.models.distributions import Head, action_heads
+from marl_ppo.models.mlp import agent_mlp
+from marl_ppo.models.modules import TensorOutModule, stamp_network
+
+__all__ = ["build_actor"]
+
+
+def build_actor(
+    group: GroupSpec,
+    *,
+    share_params: bool = True,
+    hidden: Sequence[int] = (256, 256),
+    activation: str = "tanh",
+    device: torch.device | str | None = None,
+    net: nn.Module | None = None,
+) -> ProbabilisticActor:
+    """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
+
+    Writes ``(group, "action")`` and its log-prob: ``(group, "action_log_prob")`` for a plain action,
+    one ``<head>_log_prob`` entry beside each head for a composite action.
+
+    The policy samples its actions unless told otherwise (``set_exploration_type(DETERMINISTIC)``
+    gives the mode): torchrl's default outside a collector would be the mode, and PPO trained on
+    rollouts of the mode silently stops exploring.
+
+    ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
+    network arguments are then unused.
+    """
+    heads = action_heads(group)
+    g = group.name
+    n_out = sum(h.n_params for h in heads)
+    if net is None:
+        net = agent_mlp(group, n_out, centralized=False, share_params=share_params,
+                   hidden=hidden, activation=activation, device=device)
+    obs_key = group.observation_keys[0]
+    if not group.is_composite_action:
+        head = heads[0]
+        if head.param_names == ("loc", "scale"):
+            module = TensorOutModule(
+                nn.Sequential(net, NormalParamExtractor()), in_keys=[obs_key],
+                out_keys=[(g, "loc"), (g, "scale")],
+            )
+            in_keys = {"loc": (g, "loc"), "scale": (g, "scale")}
+        else:
+            module = TensorOutModule(net, in_keys=[obs_key], out_keys=[(g, "logits")])
+            in_keys = {"logits": (g, "logits")}
+            if group.action_mask_key is not None:
+                in_keys["mask"] = group.action_mask_key
+        actor = ProbabilisticActor(
+            module,
+            in_keys=in_keys,
+            out_keys=[group.keys.action],
+            distribution_class=head.dist_class,
+            distribution_kwargs=head.dist_kwargs,
+            return_log_prob=True,
+            log_prob_key=group.keys.log_prob,
+            default_interaction_type=InteractionType.RANDOM,
+        )
+    else:
+        actor = _composite_actor(group, heads, net, obs_key)
+    return stamp_network(actor, net)
+
+
+class _SplitHeads(nn.Module):
+    """Splits the MLP output into each head's distribution parameters (loc/scale or logits)."""
+
+    def __init__(self, heads: list[Head]) -> None:
+        super().__init__()
+        self.sizes = [h.n_params for h in heads]
+        self.kinds = [h.param_names for h in heads]
+        self.normal = NormalParamExtractor()
+
+    def forward(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params: list[torch.Tensor] = []
+        for chunk, kind in zip(out.split(self.sizes, dim=-1), self.kinds):
+            if kind == ("loc", "scale"):
+                params.extend(self.normal(chunk))
+            else:
+                params.append(chunk)
+        return tuple(params)
+
+
+def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey) -> ProbabilisticActor:
+    g = group.name
+    params_key = (g, "params")
+    out_keys = [params_key + h.name + (p,) for h in heads for p in h.param_names]
+    module = TensorOutModule(nn.Sequential(net, _SplitHeads(heads)), in_keys=[obs_key], out_keys=out_keys)
+    return ProbabilisticActor(
+        module,
+        in_keys={"params": params_key},
+        out_keys=[group.keys.action + h.name for h in heads],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={
+            "distribution_map": {h.key: h.dist_class for h in heads},
+            "name_map": {h.key: group.keys.action + h.name for h in heads},
+            "extra_kwargs": {h.key: h.dist_kwargs for h in heads if h.dist_kwargs},
+        },
+        return_log_prob=True,
+        default_interaction_type=InteractionType.RANDOM,
+    )
+
+
