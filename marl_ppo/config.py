@@ -137,22 +137,84 @@ class EnvConfig:
 
 @dataclass
 class ModelConfig:
-    """Policy and critic networks.
+    """Policy and critic networks (see ``docs/models.md``).
 
     Attributes:
-        hidden: hidden layer sizes of every MLP.
+        kind: ``mlp``, ``gru`` or ``lstm``. A recurrent policy runs an MLP over each agent's
+            observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
+            starts), then the action heads; the PPO update replays ``seq_len``-step chunks from
+            the hidden states stored at collection.
+        hidden: hidden layer sizes of every MLP (a recurrent model's MLP before its cell).
         activation: ``tanh``, ``relu``, ``elu``, ``gelu`` or ``silu``.
         share_params: one set of weights for all agents of a group (policy and critic).
+        rnn_hidden: hidden state size of the GRU/LSTM cell.
+        seq_len: steps per chunk in the update of a recurrent model (gradients flow through time
+            inside a chunk); must divide the steps each env takes per batch.
+        critic: ``group`` (each group's critic sees its own group: MAPPO's centralised or IPPO's
+            per-agent critic) or ``global`` (one critic, shared by the groups, sees the
+            observations of every group: torchrl's ``CrossGroupCritic``; MAPPO only).
+        critic_kind: the critics' kind if it differs from ``kind`` (e.g. a GRU policy with an MLP
+            critic); a ``global`` critic is an MLP.
+        groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
+            ``share_params`` and ``rnn_hidden``, e.g. ``{adversary: {kind: gru}}``.
     """
 
+    kind: str = "mlp"
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     share_params: bool = True
+    rnn_hidden: int = 128
+    seq_len: int = 20
+    critic: str = "group"
+    critic_kind: Optional[str] = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden")
 
     def __post_init__(self) -> None:
-        _choice("model.activation", self.activation, ("tanh", "relu", "elu", "gelu", "silu"))
-        if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
-            raise ConfigError(f"model.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {list(self.hidden)}")
+        _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
+        _choice("model.critic", self.critic, ("group", "global"))
+        _at_least("model.seq_len", self.seq_len, 1)
+        if self.critic == "global" and self.critic_kind not in (None, "mlp"):
+            raise ConfigError(f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
+                              "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group")
+        for group, override in self.groups.items():
+            if not isinstance(override, dict):
+                raise ConfigError(f"model.groups.{group} must be a mapping of overrides such as {{kind: gru}}, "
+                                  f"got {override!r}")
+            unknown = sorted(set(override) - set(self.OVERRIDABLE))
+            if unknown:
+                raise ConfigError(f"model.groups.{group}: unknown key(s) {unknown}; a group may override "
+                                  f"{list(self.OVERRIDABLE)}")
+            merged = self.for_group(group)
+            _check_model_options(f"model.groups.{group}", merged.kind, merged.critic_kind, list(merged.hidden),
+                                 merged.activation, merged.rnn_hidden)
+
+    def for_group(self, group: str) -> "ModelConfig":
+        """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
+        import dataclasses
+
+        override = dict(self.groups.get(group, {}))
+        if "hidden" in override:
+            override["hidden"] = list(override["hidden"])
+        return dataclasses.replace(self, groups={}, **override)
+
+    @property
+    def group_critic_kind(self) -> str:
+        """The kind of a group critic (``critic_kind``, else ``kind``)."""
+        return self.critic_kind or self.kind
+
+
+def _check_model_options(where: str, kind: str, critic_kind: str | None, hidden: list, activation: str,
+                         rnn_hidden: int) -> None:
+    _choice(f"{where}.kind", kind, ("mlp", "gru", "lstm"))
+    if critic_kind is not None:
+        _choice(f"{where}.critic_kind", critic_kind, ("mlp", "gru", "lstm"))
+    _choice(f"{where}.activation", activation, ("tanh", "relu", "elu", "gelu", "silu"))
+    if not hidden or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
+        raise ConfigError(f"{where}.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {hidden}")
+    if not isinstance(rnn_hidden, int) or rnn_hidden < 1:
+        raise ConfigError(f"{where}.rnn_hidden must be an integer >= 1, got {rnn_hidden!r}")
 
 
 @dataclass
@@ -176,6 +238,12 @@ class LossConfig:
         group_weights: per-group weight in the aggregated loss (default 1).
         bundle_groups: run groups with identical specs through one loss call (same losses,
             diagnostics and gradients; much less fixed cost per group).
+        value_norm: ``none``, ``running`` or ``popart``: each group's critic learns normalised
+            value targets (MAPPO's value normalisation); ``running`` keeps the exact mean and
+            variance of every target seen, ``popart`` an exponential moving average (rate
+            ``1 - popart_beta`` per batch) and rescales the critic's output layer so that its
+            values are preserved when the statistics move. Statistics update once per batch.
+        popart_beta: the moving average's decay per collected batch (``popart`` only).
     """
 
     algorithm: str = "mappo"
@@ -191,9 +259,14 @@ class LossConfig:
     normalize_advantage: bool = False
     group_weights: dict[str, float] = field(default_factory=dict)
     bundle_groups: bool = True
+    value_norm: str = "none"
+    popart_beta: float = 0.95
 
     def __post_init__(self) -> None:
         _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
+        _choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
+        if not 0.0 < self.popart_beta < 1.0:
+            raise ConfigError(f"loss.popart_beta must be in (0, 1), got {self.popart_beta!r}")
         _choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
         _choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
         _positive("loss.clip_epsilon", self.clip_epsilon)
@@ -406,6 +479,7 @@ class Config:
         if env.num_envs % workers:
             raise ConfigError(f"env.num_envs ({env.num_envs}) must be divisible by "
                               f"train.collector.num_collectors ({workers}): each worker steps the same number of envs")
+        self._check_model()
         every = self.log.checkpoint_every
         if every and env.bounds_episodes and every * self.steps_per_batch < env.max_steps:
             # every periodic checkpoint restarts the envs' episodes (that is what makes resume exact)
@@ -416,6 +490,29 @@ class Config:
                 f"could reach its end; use log.checkpoint_every >= {-(-env.max_steps // self.steps_per_batch)} "
                 "(or 0: a checkpoint at the end only)"
             )
+
+    def _check_model(self) -> None:
+        model, train = self.model, self.train
+        kinds = {model.kind, model.group_critic_kind} | {
+            k for g in model.groups for k in (model.for_group(g).kind, model.for_group(g).group_critic_kind)}
+        if model.critic == "global" and self.loss.algorithm != "mappo":
+            raise ConfigError(f"model.critic=global is MAPPO's critic; loss.algorithm is {self.loss.algorithm!r} "
+                              "(use loss.algorithm=mappo or model.critic=group)")
+        if kinds == {"mlp"}:
+            return
+        if self.steps_per_batch % model.seq_len:
+            raise ConfigError(
+                f"model.seq_len={model.seq_len} must divide the {self.steps_per_batch} steps each env takes per batch "
+                f"(train.frames_per_batch / env.num_envs): the update cuts each env's steps into chunks of seq_len")
+        if train.minibatch_size % model.seq_len:
+            raise ConfigError(
+                f"train.minibatch_size={train.minibatch_size} must be a multiple of model.seq_len={model.seq_len} "
+                "with a recurrent model: a minibatch is a set of whole chunks")
+        if train.compile:
+            raise ConfigError(
+                "train.compile=true does not support recurrent models (model.kind gru/lstm): torchrl's GRU/LSTM "
+                "modules cut each chunk at episode starts into pieces of data-dependent length, which would "
+                "recompile the loss on every minibatch; use train.compile=false")
 
     @property
     def steps_per_batch(self) -> int:

@@ -33,73 +33,23 @@ from functools import partial
 from typing import Literal
 
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.objectives import ClipPPOLoss, ValueEstimators
-from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
+from torchrl.objectives import ValueEstimators
 
 from marl_ppo.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.groups import GroupSpec
-from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_critic, group_network
+from marl_ppo.losses import LOSSES as _LOSSES
+from marl_ppo.config import ModelConfig
+from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
+from marl_ppo.models.critic import update_value_norm, value_norms
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
 LossAlgorithm = Literal["mappo", "ippo", "clip_ppo"]
 
 
-class _PerHeadLoss:
-    """Mixed into torchrl's PPO losses: records each head's current log-prob for per-head
-    diagnostics, and weights each head's entropy by a schedulable coefficient.
-
-    torchrl's own mapping mode for per-head entropy coefficients keeps a dummy buffer and cannot
-    be scheduled, and it needs the full nested ``*_entropy`` key; this takes short head names.
-    """
-
-    _recorded_log_prob = None
-    _entropy_heads: dict = {}
-    _entropy_trained = True  # False when every head's coefficient is 0: the entropy is only logged
-    # A bundle's loss (reduction="none") also records the per-element log-weight, approximate KL
-    # and entropy, from which the bundle reduces each group's diagnostics.
-    _record_elements = False
-    _recorded_log_weight = _recorded_kl = _recorded_entropy = None
-
-    def _get_entropy(self, dist, adv_shape):
-        if self._entropy_trained:
-            entropy = super()._get_entropy(dist, adv_shape)
-        else:
-            with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
-                entropy = super()._get_entropy(dist, adv_shape)
-        if self._record_elements:
-            self._recorded_entropy = entropy
-        return entropy
-
-    def _log_weight(self, tensordict, adv_shape):
-        out = super()._log_weight(tensordict, adv_shape)
-        if self._record_elements:
-            self._recorded_log_weight, self._recorded_kl = out[0], out[2]
-        return out
-
-    def _get_cur_log_prob(self, tensordict, params=None):
-        log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
-        if params is None and is_composite:
-            self._recorded_log_prob = log_prob
-        return log_prob, dist, is_composite
-
-    def _weighted_loss_entropy(self, entropy):
-        if not is_tensor_collection(entropy):
-            return -self.entropy_coeff * entropy
-        total = None
-        for key, head_entropy in entropy.items(include_nested=True, leaves_only=True):
-            term = -self.head_entropy_coeffs[self._entropy_heads[key]] * head_entropy
-            total = term if total is None else total + term
-        return total
-
-
-_LOSSES = {
-    name: type(cls.__name__, (_PerHeadLoss, cls), {"__doc__": cls.__doc__})
-    for name, cls in {"mappo": MAPPOLoss, "ippo": IPPOLoss, "clip_ppo": ClipPPOLoss}.items()
-}
 # Loss entries a head name must not shadow in the group's loss tensordict.
 _RESERVED = {"entropy", "kl_approx", "clip_fraction", "ESS", "explained_variance", "max_ratio", "mean_ratio"}
 
@@ -174,7 +124,11 @@ class GroupRouter(nn.Module):
             loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
             self.losses[g] = loss
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups])
-        self._reads_own_group_only = {g: _reads_own_group_only(spec) for g, spec in self.groups.items()}
+        self._reads_own_group_only = {g: _reads_own_group_only(spec, self.losses[g].critic_network) for g, spec in self.groups.items()}
+        # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
+        self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
+        for g, (norm, _) in self._value_norms.items():
+            object.__setattr__(self.losses[g], "_value_norm", norm)  # read by the loss; registered in the critic
         # Not registered as submodules: a bundle holds no parameters of its own, and the router's
         # state_dict stays the groups' (see _apply for devices).
         self._bundles: list[GroupBundle] = []
@@ -251,12 +205,17 @@ class GroupRouter(nn.Module):
         hidden: Sequence[int] = (256, 256),
         activation: str = "tanh",
         device: torch.device | str | None = None,
+        model: ModelConfig | None = None,
+        value_norm: str = "none",
+        popart_beta: float = 0.95,
         **loss_kwargs,
     ) -> "GroupRouter":
-        """Builds each group's actor and critic from its specs, then the router."""
-        net = dict(share_params=share_params, hidden=hidden, activation=activation, device=device)
-        actors = {g: build_actor(s, **net) for g, s in groups.items()}
-        critics = {g: build_critic(s, centralized=algorithm == "mappo", **net) for g, s in groups.items()}
+        """Builds each group's actor and critic from its specs (:func:`~marl_ppo.models.build_models`;
+        ``model`` gives every option, else ``share_params``/``hidden``/``activation`` an MLP), then the router."""
+        if model is None:
+            model = ModelConfig(hidden=list(hidden), activation=activation, share_params=share_params)
+        actors, critics = build_models(groups, model, algorithm=algorithm, value_norm=value_norm,
+                                       popart_beta=popart_beta, device=device)
         router = cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
         # the losses' own buffers (clip bounds, coefficients) join the networks on the device
         return router if device is None else router.to(device)
@@ -268,7 +227,9 @@ class GroupRouter(nn.Module):
         """Writes each group's advantage and value target, ``[*B, T, n_agents, 1]``, into ``td``.
 
         ``td`` is a rollout with its time dim last in the batch and the routed training
-        reward/done present (see :class:`~marl_ppo.reward_table.BoundRewardTable`).
+        reward/done present (see :class:`~marl_ppo.reward_table.BoundRewardTable`). With value
+        normalisation, each group's statistics then take in the batch's value targets (once per
+        batch: the epochs of the update see fixed statistics).
         """
         for g, loss in self.losses.items():
             keys = self.groups[g].keys
@@ -281,8 +242,14 @@ class GroupRouter(nn.Module):
                 self._check_trailing_one(td.get("next"), g, key, "training reward/done")
             loss.value_estimator(td)
             self._check_trailing_one(td, g, keys.advantage, "advantage")
+            present = None
             if keys.mask is not None and keys.mask in td.keys(include_nested=True):
                 _mask_padding(td, keys)
+                present = td.get(keys.mask)
+            if g in self._value_norms:  # once per batch, after GAE used the values of the old statistics
+                norm, layer = self._value_norms[g]
+                targets = td.get(keys.value_target)
+                update_value_norm(norm, (targets if present is None else targets[present]).reshape(-1, 1), layer)
         return td
 
     def _check_trailing_one(self, td: TensorDictBase, group: str, key, what: str) -> None:
@@ -382,9 +349,9 @@ def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
     return loss_td
 
 
-def _reads_own_group_only(spec: GroupSpec) -> bool:
+def _reads_own_group_only(spec: GroupSpec, critic: TensorDictModule) -> bool:
     """Whether every entry the group's loss reads lives under the group's own key."""
-    keys = [*spec.observation_keys, spec.action_mask_key, spec.keys.mask, spec.keys.action, spec.keys.log_prob,
+    keys = [*spec.observation_keys, *critic.in_keys, spec.action_mask_key, spec.keys.mask, spec.keys.action, spec.keys.log_prob,
             spec.keys.advantage, spec.keys.value_target, spec.keys.value]
     return all(k is None or (isinstance(k, tuple) and len(k) > 1 and k[0] == spec.name) for k in keys)
 
@@ -397,6 +364,8 @@ def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModul
     """
     in_keys, out_keys = list(spec.observation_keys), [spec.keys.value]
     if list(critic.in_keys) == in_keys and list(critic.out_keys) == out_keys:
+        return critic
+    if len(critic.out_keys) > 1 and out_keys[0] in critic.out_keys:  # one critic writing every group's value
         return critic
     return TensorOutModule(critic.module, in_keys=in_keys, out_keys=out_keys)
 

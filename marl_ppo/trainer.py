@@ -43,6 +43,7 @@ from marl_ppo.config import Config, to_container, to_yaml
 from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
 from marl_ppo.evaluation import evaluate
 from marl_ppo.groups import GroupSpec, read_group_specs
+from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import RunLogger
@@ -89,12 +90,14 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         else RewardTable.own_rewards(list(groups))
     )
     bound = table.bind(groups, env)  # validated before any training
+    if cfg.model.critic == "global" and any(s.keys.mask is not None for s in groups.values()):
+        check_every_group_acts(env.reset(), groups)
     router = GroupRouter.from_specs(
         groups,
         algorithm=cfg.loss.algorithm,
-        share_params=cfg.model.share_params,
-        hidden=cfg.model.hidden,
-        activation=cfg.model.activation,
+        model=cfg.model,
+        value_norm=cfg.loss.value_norm,
+        popart_beta=cfg.loss.popart_beta,
         device=cfg.train.device,
         clip_epsilon=cfg.loss.clip_epsilon,
         entropy_coeff=cfg.loss.entropy_coeff,

@@ -1,0 +1,99 @@
+"""torchrl's PPO losses with the few private methods we override, all of them here.
+
+Each group's loss is torchrl's own ``MAPPOLoss``, ``IPPOLoss`` or ``ClipPPOLoss`` with
+:class:`_PerHeadLoss` mixed in. The methods it overrides are private to torchrl 0.14.1 and may
+change in any release; ``tests/test_losses.py`` checks that each still exists with the
+signature we override, so that an upgrade fails loudly there instead of silently here:
+
+* ``_get_entropy(dist, adv_shape)`` -- no graph for an entropy that is only logged;
+  records the per-element entropy for bundles;
+* ``_log_weight(tensordict, adv_shape)`` -- records the log-weight and KL for bundles;
+* ``_get_cur_log_prob(tensordict, params)`` -- records each head's new log-prob (per-head
+  diagnostics);
+* ``_weighted_loss_entropy(entropy)`` -- per-head, schedulable entropy coefficients;
+* ``_critic_loss_inputs(target_return, state_value, old_state_value)`` -- value
+  normalisation: the critic loss compares normalised targets and predictions with the
+  statistics of the group's :class:`~torchrl.modules.ValueNorm`, which the router updates once
+  per collected batch. torchrl's ``MAPPOLoss(value_norm=...)`` updates them on every call of
+  the loss (every minibatch of every epoch) and leaves the critic's output in raw units; with
+  ours the critic's network itself outputs normalised values (see
+  :class:`~marl_ppo.models.critic.NormalizedValueNet`).
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import is_tensor_collection
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
+
+__all__ = ["LOSSES", "OVERRIDDEN"]
+
+# name -> the parameters (after self) of torchrl's method we override
+OVERRIDDEN = {
+    "_get_entropy": ("dist", "adv_shape"),
+    "_log_weight": ("tensordict", "adv_shape"),
+    "_get_cur_log_prob": ("tensordict", "params"),
+    "_weighted_loss_entropy": ("entropy",),
+    "_critic_loss_inputs": ("target_return", "state_value", "old_state_value"),
+}
+
+
+class _PerHeadLoss:
+    """Mixed into torchrl's PPO losses: records each head's current log-prob for per-head
+    diagnostics, and weights each head's entropy by a schedulable coefficient.
+
+    torchrl's own mapping mode for per-head entropy coefficients keeps a dummy buffer and cannot
+    be scheduled, and it needs the full nested ``*_entropy`` key; this takes short head names.
+    """
+
+    _recorded_log_prob = None
+    _entropy_heads: dict = {}
+    _entropy_trained = True  # False when every head's coefficient is 0: the entropy is only logged
+    # A bundle's loss (reduction="none") also records the per-element log-weight, approximate KL
+    # and entropy, from which the bundle reduces each group's diagnostics.
+    _record_elements = False
+    _recorded_log_weight = _recorded_kl = _recorded_entropy = None
+
+    def _get_entropy(self, dist, adv_shape):
+        if self._entropy_trained:
+            entropy = super()._get_entropy(dist, adv_shape)
+        else:
+            with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
+                entropy = super()._get_entropy(dist, adv_shape)
+        if self._record_elements:
+            self._recorded_entropy = entropy
+        return entropy
+
+    def _log_weight(self, tensordict, adv_shape):
+        out = super()._log_weight(tensordict, adv_shape)
+        if self._record_elements:
+            self._recorded_log_weight, self._recorded_kl = out[0], out[2]
+        return out
+
+    def _get_cur_log_prob(self, tensordict, params=None):
+        log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
+        if params is None and is_composite:
+            self._recorded_log_prob = log_prob
+        return log_prob, dist, is_composite
+
+    def _critic_loss_inputs(self, target_return, state_value, old_state_value):
+        norm = self.__dict__.get("_value_norm")  # the critic's normaliser, not a second registration
+        if norm is None:
+            return super()._critic_loss_inputs(target_return, state_value, old_state_value)
+        old = None if old_state_value is None else norm.normalize(old_state_value)
+        return norm.normalize(target_return), norm.normalize(state_value), old
+
+    def _weighted_loss_entropy(self, entropy):
+        if not is_tensor_collection(entropy):
+            return -self.entropy_coeff * entropy
+        total = None
+        for key, head_entropy in entropy.items(include_nested=True, leaves_only=True):
+            term = -self.head_entropy_coeffs[self._entropy_heads[key]] * head_entropy
+            total = term if total is None else total + term
+        return total
+
+
+LOSSES = {
+    name: type(cls.__name__, (_PerHeadLoss, cls), {"__doc__": cls.__doc__})
+    for name, cls in {"mappo": MAPPOLoss, "ippo": IPPOLoss, "clip_ppo": ClipPPOLoss}.items()
+}
