@@ -54,6 +54,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.envs import eval_num_envs, make_env
+    from marl_ppo.models.recurrent import prime_env, state_spec
     from marl_ppo.evaluation import evaluate
     from marl_ppo.trainer import load_policy
 
@@ -67,7 +68,7 @@ def _eval(args: argparse.Namespace) -> int:
         recorder = FrameRecorder()
     n = args.episodes
     env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=eval_num_envs(cfg.env, n))
-    env = env.to(cfg.train.device)  # where the policy is
+    env = prime_env(env, state_spec(parts.router.policy)).to(cfg.train.device)  # where the policy is
     try:
         out = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), episodes=n,
                        callback=recorder)

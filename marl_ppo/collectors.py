@@ -43,16 +43,21 @@ __all__ = ["FlatCollector", "make_collector", "worker_env_fns", "WORKER_SEED_STR
 WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (worker 0: the direct run's seed)
 
 
-def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int) -> EnvBase:
+def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:
     from marl_ppo.envs import make_env
+    from marl_ppo.models.recurrent import prime_env
 
-    return make_env(env_cfg, seed=seed, num_envs=num_envs)
+    return prime_env(make_env(env_cfg, seed=seed, num_envs=num_envs), state)
 
 
-def worker_env_fns(cfg: Config) -> list[Callable[[], EnvBase]]:
-    """One picklable env factory per collector worker, each with its share of ``env.num_envs``."""
+def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]]:
+    """One picklable env factory per collector worker, each with its share of ``env.num_envs``.
+
+    ``state``: the policy's recurrent state entries (:func:`~marl_ppo.models.recurrent.state_spec`).
+    """
     n = cfg.train.collector.num_collectors  # Config checked that it divides env.num_envs
-    return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE, cfg.env.num_envs // n)
+    return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE, cfg.env.num_envs // n,
+                              state)
             for i in range(n)]
 
 
@@ -106,7 +111,9 @@ def make_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int)
         return FlatCollector(Collector(env, policy, auto_register_policy_transforms=False, **common), stacked=False)
     if total_frames <= 0:
         raise ValueError(f"backend {ccfg.backend!r} needs a finite total_frames, got {total_frames}")
-    env_fns = worker_env_fns(cfg)
+    from marl_ppo.models.recurrent import state_spec
+
+    env_fns = worker_env_fns(cfg, state_spec(policy))
     if ccfg.backend == "process":
         collector = Collector(env_fns, policy, backend="process", sync=True, cat_results="stack",
                               auto_register_policy_transforms=False, **common)

@@ -37,6 +37,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.objectives import ValueEstimators
+from torchrl.objectives.value import MultiAgentGAE
 
 from marl_ppo.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.groups import GroupSpec
@@ -44,6 +45,7 @@ from marl_ppo.losses import LOSSES as _LOSSES
 from marl_ppo.config import ModelConfig
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
 from marl_ppo.models.critic import update_value_norm, value_norms
+from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
 
@@ -123,8 +125,28 @@ class GroupRouter(nn.Module):
             loss = self._make_loss(spec, actors[g], _on_group_keys(critics[g], spec), head_coeffs[g])
             loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
             self.losses[g] = loss
-        self.policy = TensorDictSequential(*[actors[g] for g in self.groups])
-        self._reads_own_group_only = {g: _reads_own_group_only(spec, self.losses[g].critic_network) for g, spec in self.groups.items()}
+        # Critics whose values GAE takes from one call of ours (`_values`), not from torchrl's
+        # estimator calling the critic itself: a recurrent critic (torchrl's estimator marks the
+        # next step of every episode start as a start too, which would reset the stored hidden
+        # state of the next observation's value) and a critic that writes several groups' values
+        # (one call for all of them instead of one per group).
+        self._value_calls: dict[str, TensorDictModule] = {}
+        self._estimators = nn.ModuleDict()
+        for g, spec in self.groups.items():
+            critic = self.losses[g].critic_network
+            if recurrent_modules(critic) or len(critic.out_keys) > 1:
+                self._value_calls[g] = critic
+                estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
+                estimator.set_keys(**{k: getattr(self.losses[g].value_estimator.tensor_keys, k) for k in
+                                      ("advantage", "value_target", "value", "reward", "done", "terminated")})
+                self._estimators[g] = estimator
+        # Collection runs the actors, and the recurrent critics too: their hidden states are
+        # collected with the data, and the advantages and the update start from them.
+        recurrent_critics = {id(c): c for g, c in self._value_calls.items() if recurrent_modules(c)}
+        self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *recurrent_critics.values())
+        self.recurrent_keys = state_keys(self.policy)  # stored states + "is_init"; [] without a recurrent model
+        self._reads_own_group_only = {g: _reads_own_group_only(spec, self.losses[g].critic_network)
+                                      for g, spec in self.groups.items()}
         # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
         self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
         for g, (norm, _) in self._value_norms.items():
@@ -231,6 +253,7 @@ class GroupRouter(nn.Module):
         normalisation, each group's statistics then take in the batch's value targets (once per
         batch: the epochs of the update see fixed statistics).
         """
+        called: set[int] = set()
         for g, loss in self.losses.items():
             keys = self.groups[g].keys
             for key in (keys.reward, keys.done, keys.terminated):
@@ -240,7 +263,14 @@ class GroupRouter(nn.Module):
                         "batch before computing advantages"
                     )
                 self._check_trailing_one(td.get("next"), g, key, "training reward/done")
-            loss.value_estimator(td)
+            if g in self._value_calls:
+                critic = self._value_calls[g]
+                if id(critic) not in called:  # a critic of several groups runs once
+                    self._values(td, critic)
+                    called.add(id(critic))
+                self._estimators[g](td)
+            else:
+                loss.value_estimator(td)
             self._check_trailing_one(td, g, keys.advantage, "advantage")
             present = None
             if keys.mask is not None and keys.mask in td.keys(include_nested=True):
@@ -251,6 +281,17 @@ class GroupRouter(nn.Module):
                 targets = td.get(keys.value_target)
                 update_value_norm(norm, (targets if present is None else targets[present]).reshape(-1, 1), layer)
         return td
+
+    @staticmethod
+    def _values(td: TensorDictBase, critic: TensorDictModule) -> None:
+        """The critic's values of the steps and of their next observations, step by step from the
+        stored recurrent states; a critic writing several groups' values runs once for all."""
+        nxt = td.get("next")
+        for where in (td, nxt):
+            out = critic(where.select(*critic.in_keys, strict=False))
+            for key in critic.out_keys:
+                if not (isinstance(key, tuple) and key[0] == "next"):
+                    where.set(key, out.get(key))
 
     def _check_trailing_one(self, td: TensorDictBase, group: str, key, what: str) -> None:
         value = td.get(key)

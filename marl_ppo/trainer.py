@@ -44,6 +44,7 @@ from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
 from marl_ppo.evaluation import evaluate
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.models.critic import check_every_group_acts
+from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.router import GroupRouter
 from marl_ppo.run_logging import RunLogger
@@ -109,6 +110,7 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         lmbda=cfg.loss.lmbda,
         bundle_groups=cfg.loss.bundle_groups,
     )
+    prime_env(env, state_spec(router.policy))  # recurrent models: is_init and their stored states
     if cfg.train.compile:
         # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
         # collection is not compiled, only the update's loss computation
@@ -275,7 +277,8 @@ class Trainer:
         parts.router.compute_advantages(batch)
         self.callbacks("on_batch_collected", self, batch)
         stats = ppo_update(parts.router, parts.step, batch, num_epochs=cfg.train.num_epochs,
-                           minibatch_size=cfg.train.minibatch_size, should_stop=should_stop)
+                           minibatch_size=cfg.train.minibatch_size, should_stop=should_stop,
+                           seq_len=cfg.model.seq_len)
         lr = self.scheduler.get_last_lr()[0]  # the rate this update used
         self.scheduler.step()
         self._schedule_entropy()
@@ -368,8 +371,8 @@ class Trainer:
             if not hasattr(self, "_eval_env"):
                 n = eval_num_envs(cfg.env, cfg.log.eval_episodes)
                 # on the policy's device, as the collector puts the training env
-                self._eval_env = make_env(cfg.env, seed=eval_seed, num_envs=n,
-                                          env_fn=self.env_fn).to(cfg.train.device)
+                self._eval_env = prime_env(make_env(cfg.env, seed=eval_seed, num_envs=n, env_fn=self.env_fn),
+                                           state_spec(self.parts.router.policy)).to(cfg.train.device)
             self._eval_env.set_seed(eval_seed)
             result = evaluate(self.parts.router.policy, self._eval_env, cfg.env.max_steps, list(self.parts.groups),
                               episodes=cfg.log.eval_episodes, callback=recorder)

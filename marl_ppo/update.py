@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
+from torchrl.modules import set_recurrent_mode
 
 from marl_ppo.aggregate import AggregatedStep
 from marl_ppo.router import GroupRouter
@@ -43,7 +44,18 @@ def _update_keys(router: GroupRouter) -> list:
             keys.add(k)
         for k in ([log_probs] if isinstance(log_probs, (str, tuple)) else log_probs):
             keys.add(k)
+    keys.update(router.recurrent_keys)
     return sorted(keys, key=str)
+
+
+def _sequence_chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
+    """``[envs, T]`` -> ``[envs * T / seq_len, seq_len]``: each env's steps cut into chunks, in time order."""
+    if batch.ndim != 2:
+        raise ValueError(f"a recurrent update reads a batch [envs, time]; got batch size {list(batch.shape)}")
+    envs, steps = batch.shape
+    if steps % seq_len:
+        raise ValueError(f"model.seq_len={seq_len} does not divide the batch's {steps} steps per env")
+    return batch.reshape(envs, steps // seq_len, seq_len).reshape(-1, seq_len)
 
 
 def ppo_update(
@@ -55,6 +67,7 @@ def ppo_update(
     minibatch_size: int,
     check_each_step: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
+    seq_len: int | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
@@ -62,8 +75,20 @@ def ppo_update(
     A non-finite loss raises :class:`TrainingError`, checked after every step on CPU
     (``check_each_step``, default) and after every epoch on an accelerator. ``should_stop`` is
     asked after every step; when it answers true the update stops there (``StopRequested``).
+
+    With a recurrent model (``router.recurrent_keys``), the samples are chunks of ``seq_len``
+    consecutive steps of one env (``minibatch_size / seq_len`` chunks a minibatch), replayed in
+    torchrl's recurrent mode from the hidden states stored at collection.
     """
-    flat = batch.select(*_update_keys(router)).reshape(-1)
+    selected = batch.select(*_update_keys(router))
+    recurrent = bool(router.recurrent_keys)
+    if recurrent:
+        if seq_len is None:
+            raise ValueError("the router has recurrent modules: ppo_update needs seq_len (model.seq_len)")
+        flat = _sequence_chunks(selected, seq_len)
+        minibatch_size = max(minibatch_size // seq_len, 1)
+    else:
+        flat = selected.reshape(-1)
     n = flat.shape[0]
     n_minibatches = max(n // minibatch_size, 1)
     # on an accelerator, reading the loss each step would make the host wait for the device every
@@ -75,7 +100,8 @@ def ppo_update(
         perm = torch.randperm(n, device=flat.device)
         logged = []
         for i in range(n_minibatches):
-            losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
+            with set_recurrent_mode(recurrent):
+                losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
             stats = step(losses)
             if check_each_step and not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict.nn import CompositeDistribution, InteractionType, NormalParamExtractor
+from tensordict.nn import CompositeDistribution, InteractionType, NormalParamExtractor, TensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import ProbabilisticActor
@@ -22,6 +22,7 @@ from marl_ppo.groups import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.mlp import agent_mlp
 from marl_ppo.models.modules import TensorOutModule, stamp_network
+from marl_ppo.models.recurrent import recurrent_trunk
 
 __all__ = ["build_actor"]
 
@@ -34,6 +35,8 @@ def build_actor(
     activation: str = "tanh",
     device: torch.device | str | None = None,
     net: nn.Module | None = None,
+    kind: str = "mlp",
+    rnn_hidden: int = 128,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
 
@@ -45,15 +48,30 @@ def build_actor(
     rollouts of the mode silently stops exploring.
 
     ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
-    network arguments are then unused.
+    network arguments are then unused. ``kind`` ``gru``/``lstm``: the MLP (``hidden``) feeds a
+    recurrent cell of ``rnn_hidden`` units (:mod:`~marl_ppo.models.recurrent`), and a linear
+    layer maps its output to the heads' parameters.
     """
     heads = action_heads(group)
-    g = group.name
     n_out = sum(h.n_params for h in heads)
+    obs_key, trunk = group.observation_keys[0], None
+    if kind != "mlp":
+        trunk, obs_key = recurrent_trunk(group, kind, role="actor", hidden=hidden, activation=activation,
+                                         rnn_hidden=rnn_hidden, share_params=share_params, device=device)
+        net = agent_mlp(group, n_out, centralized=False, share_params=share_params, hidden=(),
+                        activation=activation, device=device, n_inputs=rnn_hidden)
     if net is None:
         net = agent_mlp(group, n_out, centralized=False, share_params=share_params,
-                   hidden=hidden, activation=activation, device=device)
-    obs_key = group.observation_keys[0]
+                        hidden=hidden, activation=activation, device=device)
+    actor = _actor_on(group, heads, net, obs_key, trunk)
+    # a recurrent actor is never bundled: a bundle rebuilds the actor around the bare network
+    return actor if trunk is not None else stamp_network(actor, net)
+
+
+def _actor_on(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey,
+              trunk: TensorDictSequential | None) -> ProbabilisticActor:
+    """The probabilistic actor: ``net`` on ``obs_key`` (after ``trunk``, if any) gives the heads' parameters."""
+    g = group.name
     if not group.is_composite_action:
         head = heads[0]
         if head.param_names == ("loc", "scale"):
@@ -67,7 +85,9 @@ def build_actor(
             in_keys = {"logits": (g, "logits")}
             if group.action_mask_key is not None:
                 in_keys["mask"] = group.action_mask_key
-        actor = ProbabilisticActor(
+        if trunk is not None:
+            module = TensorDictSequential(trunk, module)
+        return ProbabilisticActor(
             module,
             in_keys=in_keys,
             out_keys=[group.keys.action],
@@ -77,9 +97,7 @@ def build_actor(
             log_prob_key=group.keys.log_prob,
             default_interaction_type=InteractionType.RANDOM,
         )
-    else:
-        actor = _composite_actor(group, heads, net, obs_key)
-    return stamp_network(actor, net)
+    return _composite_actor(group, heads, net, obs_key, trunk)
 
 
 class _SplitHeads(nn.Module):
@@ -101,11 +119,14 @@ class _SplitHeads(nn.Module):
         return tuple(params)
 
 
-def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey) -> ProbabilisticActor:
+def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey,
+                     trunk: TensorDictSequential | None = None) -> ProbabilisticActor:
     g = group.name
     params_key = (g, "params")
     out_keys = [params_key + h.name + (p,) for h in heads for p in h.param_names]
     module = TensorOutModule(nn.Sequential(net, _SplitHeads(heads)), in_keys=[obs_key], out_keys=out_keys)
+    if trunk is not None:
+        module = TensorDictSequential(trunk, module)
     return ProbabilisticActor(
         module,
         in_keys={"params": params_key},

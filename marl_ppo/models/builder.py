@@ -31,11 +31,12 @@ def build_models(
     for g, spec in groups.items():
         m = model.for_group(g)
         actors[g] = build_actor(spec, share_params=m.share_params, hidden=m.hidden, activation=m.activation,
-                                device=device)
+                                device=device, kind=m.kind, rnn_hidden=m.rnn_hidden)
         if model.critic == "group":
             critics[g] = build_critic(spec, centralized=algorithm == "mappo", share_params=m.share_params,
                                       hidden=m.hidden, activation=m.activation, device=device,
-                                      value_norm=value_norm, popart_beta=popart_beta)
+                                      value_norm=value_norm, popart_beta=popart_beta, kind=m.group_critic_kind,
+                                      rnn_hidden=m.rnn_hidden)
     if model.critic == "global":
         if algorithm != "mappo":
             raise ValueError(f"model.critic=global is MAPPO's critic; algorithm is {algorithm!r}")

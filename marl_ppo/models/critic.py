@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import MultiAgentMLP, PopArtValueNorm, RunningValueNorm, ValueNorm
 from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
@@ -27,6 +27,7 @@ from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, Cros
 from marl_ppo.groups import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import TensorOutModule, stamp_network
+from marl_ppo.models.recurrent import recurrent_trunk
 
 __all__ = ["build_critic", "build_global_critic", "check_every_group_acts", "NormalizedValueNet", "make_value_norm", "value_norms",
            "update_value_norm", "output_layer"]
@@ -43,13 +44,20 @@ def build_critic(
     net: nn.Module | None = None,
     value_norm: str = "none",
     popart_beta: float = 0.95,
+    kind: str = "mlp",
+    rnn_hidden: int = 128,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
 
     ``centralized=True`` is MAPPO's critic (each agent's value sees all the group's observations);
     ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP.
     ``value_norm`` (``none``, ``running``, ``popart``) makes the network learn normalised values.
+    ``kind`` ``gru``/``lstm``: the MLP feeds a recurrent cell, then a linear value layer.
     """
+    if kind != "mlp":
+        return _recurrent_critic(group, kind, centralized=centralized, share_params=share_params, hidden=hidden,
+                                 activation=activation, device=device, value_norm=value_norm,
+                                 popart_beta=popart_beta, rnn_hidden=rnn_hidden)
     if net is None:
         net = agent_mlp(group, 1, centralized=centralized, share_params=share_params,
                         hidden=hidden, activation=activation, device=device)
@@ -60,6 +68,19 @@ def build_critic(
     wrapped = NormalizedValueNet(net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {})
     # not stamped: a bundle rebuilds critics from the bare network, without the normaliser
     return TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+
+
+def _recurrent_critic(group: GroupSpec, kind: str, *, centralized: bool, share_params: bool, hidden, activation,
+                      device, value_norm: str, popart_beta: float, rnn_hidden: int) -> TensorDictModule:
+    trunk, features = recurrent_trunk(group, kind, role="critic", hidden=hidden, activation=activation,
+                                      rnn_hidden=rnn_hidden, share_params=share_params, centralized=centralized,
+                                      device=device)
+    head = agent_mlp(group, 1, centralized=False, share_params=share_params, hidden=(), activation=activation,
+                     device=device, n_inputs=rnn_hidden)
+    if value_norm != "none":
+        layers = {group.name: output_layer(head)} if value_norm == "popart" else {}
+        head = NormalizedValueNet(head, {group.name: make_value_norm(value_norm, popart_beta, device)}, layers)
+    return TensorDictSequential(trunk, TensorOutModule(head, in_keys=[features], out_keys=[group.keys.value]))
 
 
 def build_global_critic(
@@ -131,8 +152,8 @@ class NormalizedValueNet(nn.Module):
 
 def value_norms(critic: nn.Module) -> dict[str, tuple[ValueNorm, tuple | None]]:
     """``{group: (normaliser, PopArt output layer or None)}`` of a critic built here; ``{}`` without one."""
-    net = getattr(critic, "module", None)
-    if not isinstance(net, NormalizedValueNet):
+    net = next((m for m in critic.modules() if isinstance(m, NormalizedValueNet)), None)
+    if net is None:
         return {}
     return {g: (norm, net._output_layers.get(g)) for g, norm in net.norms.items()}
 

@@ -62,11 +62,12 @@ class SharedAgentMLP(nn.Module):
 
 def agent_mlp(
     group: GroupSpec, n_out: int, *, centralized: bool, share_params: bool,
-    hidden: Sequence[int], activation: str, device: torch.device | str | None,
+    hidden: Sequence[int], activation: str, device: torch.device | str | None, n_inputs: int | None = None,
 ) -> nn.Module:
+    """An MLP over the group's agents; ``n_inputs`` per agent (default: the observation size)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
-    obs_dim = observation_dim(group)
+    obs_dim = observation_dim(group) if n_inputs is None else n_inputs
     if share_params:
         return SharedAgentMLP(obs_dim, n_out, group.n_agents, centralized=centralized, hidden=hidden,
                               activation_class=ACTIVATIONS[activation], device=device)

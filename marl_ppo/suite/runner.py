@@ -84,6 +84,7 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
     from torchrl.envs import ExplorationType, set_exploration_type
 
     from marl_ppo.envs import make_env
+    from marl_ppo.models.recurrent import prime_env, state_spec
 
     cfg = trainer.cfg
     groups = list(trainer.parts.groups)
@@ -92,7 +93,8 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
     else:  # PettingZoo env copies step one by one: fewer copies, longer rollout
         n_envs = max(1, min(episodes, cfg.env.num_envs))
         rounds = -(-episodes // n_envs)
-    env = make_env(cfg.env, seed=cfg.train.seed + 30_000, num_envs=n_envs)
+    env = prime_env(make_env(cfg.env, seed=cfg.train.seed + 30_000, num_envs=n_envs),
+                    state_spec(trainer.parts.router.policy))
     try:
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             td = env.rollout(cfg.env.max_steps * rounds, trainer.parts.router.policy, break_when_any_done=False)
