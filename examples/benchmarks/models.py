@@ -44,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(ROOT))  # this checkout's marl_ppo, as the children get (child_env): configs checked by the same code
 from vs_benchmarl import BENCHMARL_SH, NAVIGATION_KWARGS, benchmarl_conf_dir, navigation_overrides  # noqa: E402
 
 # The variants of issue 13's figures. "defaults" is the task config as it is; the others change
