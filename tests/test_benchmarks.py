@@ -119,7 +119,8 @@ def test_models_quick_one_task_one_variant_one_seed(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
     assert re.search(r"models\.py: 2 runs of ours \+ 1 of BenchMARL = 3 runs", out.stdout), out.stdout
     assert "estimated time:" in out.stdout
-    assert re.search(r"^\| navigation \| lr 1e-3 \| 1 \| 400 \| -?[0-9.]+ \| -?[0-9.]+ \|", out.stdout, re.M), out.stdout
+    row = r"^\| navigation \| lr 1e-3 \| 1 \| 400 \| -?[0-9.]+ \| -?[0-9.]+ \|"
+    assert re.search(row, out.stdout, re.M), out.stdout
     assert re.search(r"^\| navigation \| BenchMARL MAPPO \| 1 \| 2000 \| -0\.500 \| n/a \|", out.stdout, re.M), out.stdout
     results = json.loads((tmp_path / "out" / "models_results.json").read_text())
     rows = {r["variant"]: r for r in results["table"]}

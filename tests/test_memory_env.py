@@ -8,7 +8,6 @@ successes are i.i.d. Bernoulli(1/n_cues), so the mean over E episodes x n agents
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
 from torchrl.envs.utils import check_env_specs, step_mdp
 
 from marl_ppo.run_logging import read_scalars

@@ -44,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(ROOT))  # this checkout's marl_ppo, as the children get (child_env): configs checked by the same code
+sys.path.insert(1, str(ROOT))  # this checkout's marl_ppo, as the children get (child_env)
 from vs_benchmarl import BENCHMARL_SH, NAVIGATION_KWARGS, benchmarl_conf_dir, navigation_overrides  # noqa: E402
 
 # The variants of issue 13's figures. "defaults" is the task config as it is; the others change
@@ -342,8 +342,9 @@ def markdown(rows: list[dict]) -> str:
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         seeds = f"{r['seeds']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
-        lines.append(f"| {r['task']} | {r['variant']} | {seeds} | {r['frames']} | {_fmt(r['train_mean'], r['train_sd'])} "
-                     f"| {_fmt(r['eval_mean'], r['eval_sd'])} | {r['wall_s_per_run']:.0f} |")
+        lines.append(f"| {r['task']} | {r['variant']} | {seeds} | {r['frames']} "
+                     f"| {_fmt(r['train_mean'], r['train_sd'])} | {_fmt(r['eval_mean'], r['eval_sd'])} "
+                     f"| {'n/a' if math.isnan(r['wall_s_per_run']) else format(r['wall_s_per_run'], '.0f')} |")
     return "\n".join(lines)
 
 
@@ -358,7 +359,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
                    help="one more variant: a name and its overrides (repeatable)")
     p.add_argument("--factorial", action="store_true",
-                   help="also every combination of " + " x ".join(f"{k} {{{', '.join(v)}}}" for k, v in FACTORS.items()))
+                   help="also every combination of "
+                        + " x ".join(f"{k} {{{', '.join(v)}}}" for k, v in FACTORS.items()))
     p.add_argument("--seeds", type=int, default=3, help="seeds per (task, variant): --seed .. --seed + N - 1")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument("--frames", type=int, help="frames per run, every task (default: each task config's total_frames)")
