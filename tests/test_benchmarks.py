@@ -104,3 +104,37 @@ def test_scale_out_quick(ray_cluster):
     for backend in ("direct", "process", "ray"):
         m = re.search(rf"collect {backend}: envs=64 workers=[12] frames_per_s=([0-9]+)", out.stdout)
         assert m and int(m.group(1)) > 0, out.stdout
+
+
+def test_models_quick_one_task_one_variant_one_seed(tmp_path):
+    """models.py --quick: one run of ours, "ours on BenchMARL's config" and a stand-in for BenchMARL's
+    script; the table and the JSON have a row each, with the returns read from the runs."""
+    import json
+
+    fake = tmp_path / "fake_benchmarl.sh"
+    fake.write_text(FAKE_BENCHMARL)
+    out = _run("models.py", "--quick", "--tasks", "navigation", "--variants", "none", "--variant", "lr 1e-3",
+               "train.lr=1e-3", "--seeds", "1", "--threads", "1", "--benchmarl", "--benchmarl-script", str(fake),
+               "--out", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
+    assert re.search(r"models\.py: 2 runs of ours \+ 1 of BenchMARL = 3 runs", out.stdout), out.stdout
+    assert "estimated time:" in out.stdout
+    row = r"^\| navigation \| lr 1e-3 \| 1 \| 400 \| -?[0-9.]+ \| -?[0-9.]+ \|"
+    assert re.search(row, out.stdout, re.M), out.stdout
+    assert re.search(r"^\| navigation \| BenchMARL MAPPO \| 1 \| 2000 \| -0\.500 \| n/a \|", out.stdout, re.M), out.stdout
+    results = json.loads((tmp_path / "out" / "models_results.json").read_text())
+    rows = {r["variant"]: r for r in results["table"]}
+    assert set(rows) == {"lr 1e-3", "ours on BenchMARL's config", "BenchMARL MAPPO"}
+    assert rows["lr 1e-3"]["seeds"] == 1 and rows["lr 1e-3"]["train_sd"] is None  # one seed: no sd
+    run = next(r for r in results["runs"] if r["variant"] == "lr 1e-3")
+    assert "train.lr=1e-3" in run["command"] and "train.num_threads=1" in run["command"]
+    summary = json.loads((Path(run["run_dir"]) / "summary.json").read_text())
+    assert run["eval_return"] == summary["eval/agents/episode_reward"]
+
+
+def test_models_unknown_key_stops_before_any_run(tmp_path):
+    out = _run("models.py", "--quick", "--tasks", "navigation", "--variants", "none", "--variant", "typo",
+               "train.lr_rate=1e-3", "--out", str(tmp_path / "out"), timeout=60)
+    assert out.returncode != 0
+    assert "variant 'typo': unknown config key 'train.lr_rate'; did you mean 'train.lr'?" in out.stderr, out.stderr
+    assert not (tmp_path / "out" / "runs").exists()
