@@ -7,6 +7,7 @@ successes are i.i.d. Bernoulli(1/n_cues), so the mean over E episodes x n agents
 """
 from __future__ import annotations
 
+import pytest
 import torch
 from torchrl.envs.utils import check_env_specs, step_mdp
 
@@ -119,3 +120,13 @@ def test_mlp_stays_at_chance_and_learns_the_task_when_the_cue_stays_visible(tmp_
     # the last training batch (256 episodes, sampled actions): 1/2 +- 0.088
     low, high = chance_band(n_cues, n_agents, batch_episodes)
     assert low < last < high, (last, low, high, batch_episodes)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_recurrent_policy_learns_the_cue_the_mlp_cannot(tmp_path, kind):
+    """The same config and budget as the MLP above, with a recurrent policy and critic
+    (chunks of one episode): it remembers the cue and names it, far above the chance band."""
+    summary, last, batch_episodes = _train(tmp_path, kind, [f"model.kind={kind}", "model.seq_len=4"])
+    _, high = chance_band(2, 2, summary["eval/episodes"])
+    assert summary["eval/agents/episode_reward"] > 0.9 > high, summary
+    assert last > chance_band(2, 2, batch_episodes)[1], last

@@ -431,3 +431,10 @@ def test_ctrl_c_to_the_process_group_with_env_workers(tmp_path):
     group = subprocess.run(["ps", "-eo", "pgid=,stat=,args="], capture_output=True, text=True).stdout.splitlines()
     left = [ln for ln in group if ln.split()[0] == str(proc.pid) and not ln.split()[1].startswith("Z")]
     assert not left, left
+
+
+def test_recurrent_model_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A GRU policy and critic with value normalisation: the stored hidden states restart with the
+    episodes at the checkpoint, and the normaliser's statistics are checkpointed."""
+    cfg = config("model.kind=gru", "model.rnn_hidden=8", "model.seq_len=5", "loss.value_norm=popart")
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB)
