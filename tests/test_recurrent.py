@@ -104,13 +104,41 @@ def test_chunk_replay_equals_stepping_in_float64(kind):
     assert_close(replayed, torch.stack(stepped, 1), atol=1e-10, rtol=0)
 
 
-def test_first_minibatch_ratio_is_one_through_the_loss():
-    _, parts, batch = _collected("gru")
-    chunks = _sequence_chunks(batch.select(*_update_keys(parts.router)), SEQ)
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+SMALL = ["model.hidden=[16]", "model.rnn_hidden=8", "log.checkpoint_every=0", "train.num_epochs=1"]
+CASES = {
+    "navigation": (None, ["env.num_envs=6", "env.max_steps=15", "train.frames_per_batch=240",
+                          "train.minibatch_size=60", f"model.seq_len={SEQ}", "env.kwargs.n_agents=2"]),
+    # two groups, masked categorical actions (PettingZoo, turn-based)
+    "tictactoe": (ROOT / "configs" / "tictactoe.yaml", ["env.num_envs=2", "train.frames_per_batch=40",
+                                                        "train.minibatch_size=20", "model.seq_len=10"]),
+    # composite {move, comm} actions, two heads
+    "simple_reference-comm": (None, ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}",
+                                     "env.num_envs=4", "env.max_steps=8", "train.frames_per_batch=80",
+                                     "train.minibatch_size=40", "model.seq_len=10"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_first_minibatch_ratio_is_one_through_the_loss(case, kind):
+    """The losses' own diagnostics on the first minibatch of chunks: every group's (and head's)
+    approximate KL is 0 and nothing is clipped, with masks, composite heads and two groups."""
+    from marl_ppo.config import load_config as load
+
+    path, overrides = CASES[case]
+    cfg = load(path, overrides=[f"model.kind={kind}", *SMALL, *overrides])
+    parts = build(cfg)
+    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
+    batch = parts.reward_table(next(iter(collector)))
+    collector.shutdown()
+    parts.router.compute_advantages(batch)
+    chunks = _sequence_chunks(batch.select(*_update_keys(parts.router)), cfg.model.seq_len)
     with set_recurrent_mode(True):
-        losses = parts.router(chunks[:6])
-    assert abs(float(losses[G, "kl_approx"])) < 1e-6
-    assert float(losses[G, "clip_fraction"]) == 0.0
+        losses = parts.router(chunks[: cfg.train.minibatch_size // cfg.model.seq_len])
+    kls = {k: float(v) for k, v in losses.items(True, True) if k[-1] in ("kl_approx", "clip_fraction")}
+    assert len(kls) >= 2 * len(parts.groups)
+    assert all(abs(v) < 1e-6 for v in kls.values()), kls
 
 
 def test_gradients_flow_through_time_inside_a_chunk_and_stop_at_an_episode_start():

@@ -162,5 +162,7 @@ def prime_env(env: EnvBase, spec: Composite | None) -> EnvBase:
     if spec is None:
         return env
     env.append_transform(InitTracker())
-    env.append_transform(TensorDictPrimer(spec.clone(), default_value=0.0, expand_specs=True))
+    # a PettingZoo env also has one reset key per group: the states restart with the whole env
+    reset_key = "_reset" if len(env.reset_keys) > 1 and "_reset" in env.reset_keys else None
+    env.append_transform(TensorDictPrimer(spec.clone(), default_value=0.0, expand_specs=True, reset_key=reset_key))
     return env
