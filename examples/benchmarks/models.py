@@ -47,17 +47,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(ROOT))  # this checkout's marl_ppo, as the children get (child_env)
 from vs_benchmarl import BENCHMARL_SH, NAVIGATION_KWARGS, benchmarl_conf_dir, navigation_overrides  # noqa: E402
 
-# The variants of issue 13's figures. "defaults" is the task config as it is; the others change
-# one thing each ("old defaults": everything as before issue 13).
+# The variants of issue 13's figures, each spelled out in full (not relative to the defaults):
+# a fraction of the 2 x 2 x 2 grid that still gives each option's effect twice or more
+# (truncate vs terminate with and without value norm; value norm with either time limit; GRU
+# against the same MLP row). "mlp/none/terminate" is everything as before issue 13.
 VARIANTS: dict[str, list[str]] = {
-    "old defaults": ["env.time_limit=terminate", "loss.value_norm=none", "model.kind=mlp"],
-    "defaults": [],
-    "gru": ["model.kind=gru"],
-    "no value norm": ["loss.value_norm=none"],
-    "terminate": ["env.time_limit=terminate"],
+    "mlp/none/terminate": ["model.kind=mlp", "loss.value_norm=none", "env.time_limit=terminate"],
+    "mlp/none/truncate": ["model.kind=mlp", "loss.value_norm=none", "env.time_limit=truncate"],
+    "mlp/running/terminate": ["model.kind=mlp", "loss.value_norm=running", "env.time_limit=terminate"],
+    "mlp/running/truncate": ["model.kind=mlp", "loss.value_norm=running", "env.time_limit=truncate"],
+    "gru/running/truncate": ["model.kind=gru", "loss.value_norm=running", "env.time_limit=truncate"],
+    "mlp/popart/truncate": ["model.kind=mlp", "loss.value_norm=popart", "env.time_limit=truncate"],
     "global critic": ["model.critic=global"],
 }
-# --factorial: the issue's grid, every combination of these (8 variants, named "gru, running, truncate")
+# --factorial: the issue's grid, every combination of these (8 variants, named "gru/running/truncate")
 FACTORS: dict[str, list[str]] = {
     "model.kind": ["mlp", "gru"],
     "loss.value_norm": ["none", "running"],
@@ -390,7 +393,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         import itertools
 
         for combo in itertools.product(*FACTORS.values()):
-            args.variant_map[", ".join(combo)] = [f"{k}={v}" for k, v in zip(FACTORS, combo)]
+            args.variant_map["/".join(combo)] = [f"{k}={v}" for k, v in zip(FACTORS, combo)]
     for name, *overrides in args.variant:
         bad = [o for o in overrides if "=" not in o]
         if bad or "=" in name:
