@@ -87,6 +87,16 @@ class EnvConfig:
             instead of one after another in this process (``SerialEnv``); same seeds, same data.
         max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
             games end on their own: there it is only the evaluation rollout's length).
+        time_limit: what an episode cut by a time limit is to the value estimate. ``truncate``
+            (default): a *truncation*, ``terminated`` stays ``False`` and GAE bootstraps from the
+            critic's value of the last real observation (VMAS: torchrl's ``StepCounter(max_steps)``
+            on a ``VmasEnv`` without ``max_steps``; PettingZoo and custom envs: their own
+            ``truncated`` flags). ``terminate``: a terminal state, no bootstrap (VMAS: its own
+            ``max_steps``, which marks it ``terminated``, as marl_ppo did before and BenchMARL
+            does; PettingZoo and custom envs: ``terminated |= truncated`` for every group).
+            Terminations the env decides itself (a scenario that ends, an agent caught) are
+            ``terminated`` under both. A custom factory keeps its own horizon and flags under
+            ``truncate``.
         continuous_actions: continuous (box) or discrete actions.
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
@@ -102,6 +112,7 @@ class EnvConfig:
     num_envs: int = 60
     parallel: bool = False
     max_steps: int = 100
+    time_limit: str = "truncate"
     continuous_actions: bool = True
     multidiscrete_actions: bool = False
     comm: bool = False
@@ -120,6 +131,7 @@ class EnvConfig:
             raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
         _at_least("env.num_envs", self.num_envs, 1)
         _at_least("env.max_steps", self.max_steps, 1)
+        _choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
         if self.kind == "vmas":
             if self.multidiscrete_actions and self.continuous_actions:
                 raise ConfigError(
