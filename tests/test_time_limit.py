@@ -243,12 +243,16 @@ def test_custom_factory_keeps_its_flags_or_folds_truncation(time_limit):
     env.close()
 
 
-def test_custom_factory_without_truncation_is_left_as_it_is():
+def toy_factory(num_envs: int, max_steps: int, seed: int):
     from marl_ppo.toy_env import HybridTargetEnv
 
+    return HybridTargetEnv(num_envs=num_envs, max_steps=max_steps, seed=seed)
+
+
+def test_custom_factory_without_truncation_is_left_as_it_is():
     for time_limit in ("truncate", "terminate"):
         cfg = EnvConfig(kind="custom", num_envs=2, max_steps=3, time_limit=time_limit, kwargs={})
-        env = make_env(cfg, seed=0, env_fn=HybridTargetEnv)
+        env = make_env(cfg, seed=0, env_fn=toy_factory)
         assert type(env.transform).__name__ == "RewardSum"  # nothing folded
         nxt = env.rollout(3, break_when_any_done=False)["next"]
         assert nxt["terminated"][:, -1].all()  # the toy env's own horizon is a termination
