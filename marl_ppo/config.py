@@ -87,16 +87,12 @@ class EnvConfig:
             instead of one after another in this process (``SerialEnv``); same seeds, same data.
         max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
             games end on their own: there it is only the evaluation rollout's length).
-        time_limit: what an episode cut by a time limit is to the value estimate. ``truncate``
-            (default): a *truncation*, ``terminated`` stays ``False`` and GAE bootstraps from the
-            critic's value of the last real observation (VMAS: torchrl's ``StepCounter(max_steps)``
-            on a ``VmasEnv`` without ``max_steps``; PettingZoo and custom envs: their own
-            ``truncated`` flags). ``terminate``: a terminal state, no bootstrap (VMAS: its own
-            ``max_steps``, which marks it ``terminated``, as marl_ppo did before and BenchMARL
-            does; PettingZoo and custom envs: ``terminated |= truncated`` for every group).
-            Terminations the env decides itself (a scenario that ends, an agent caught) are
-            ``terminated`` under both. A custom factory keeps its own horizon and flags under
-            ``truncate``.
+        time_limit: an episode cut at ``max_steps``: ``truncate`` marks it ``truncated``
+            (``terminated`` stays ``False``, GAE bootstraps from the critic's value of the last
+            observation); ``terminate`` marks it ``terminated`` (no bootstrap: VMAS's own
+            ``max_steps``, as before and as BenchMARL). The env's own endings are ``terminated``
+            under both; a custom factory keeps its flags, ``terminate`` folding its ``truncated``
+            into ``terminated``.
         continuous_actions: continuous (box) or discrete actions.
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
