@@ -87,6 +87,12 @@ class EnvConfig:
             instead of one after another in this process (``SerialEnv``); same seeds, same data.
         max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
             games end on their own: there it is only the evaluation rollout's length).
+        time_limit: an episode cut at ``max_steps``: ``truncate`` marks it ``truncated``
+            (``terminated`` stays ``False``, GAE bootstraps from the critic's value of the last
+            observation); ``terminate`` marks it ``terminated`` (no bootstrap: VMAS's own
+            ``max_steps``, as before and as BenchMARL). The env's own endings are ``terminated``
+            under both; a custom factory keeps its flags, ``terminate`` folding its ``truncated``
+            into ``terminated``.
         continuous_actions: continuous (box) or discrete actions.
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
@@ -102,6 +108,7 @@ class EnvConfig:
     num_envs: int = 60
     parallel: bool = False
     max_steps: int = 100
+    time_limit: str = "truncate"
     continuous_actions: bool = True
     multidiscrete_actions: bool = False
     comm: bool = False
@@ -120,6 +127,7 @@ class EnvConfig:
             raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
         _at_least("env.num_envs", self.num_envs, 1)
         _at_least("env.max_steps", self.max_steps, 1)
+        _choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
         if self.kind == "vmas":
             if self.multidiscrete_actions and self.continuous_actions:
                 raise ConfigError(

@@ -23,7 +23,10 @@ them no advantage and the losses skip them. A parallel env given by import path 
 agent is done (a dead agent does not end the episode for the others). ``(group, "action_mask")``,
 where the env gives one, is fed to the policy's masked categorical. Observations that are not one
 float vector per agent are flattened (:class:`~marl_ppo.envs.transforms.FlatObservation`); images
-are refused with the group, key and shape.
+are refused with the group, key and shape. An episode cut at ``max_cycles`` comes out of the
+wrapper as a truncation (``(group, "truncated")`` and root ``truncated`` ``True``, ``terminated``
+``False``), which ``env.time_limit=truncate`` keeps and ``terminate`` turns into a termination
+(:mod:`~marl_ppo.envs.time_limit`).
 """
 from __future__ import annotations
 

@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import torch
-from torchrl.envs import EnvBase, TransformedEnv
+from torchrl.envs import Compose, EnvBase, TransformedEnv
 
 from marl_ppo.config import ConfigError, EnvConfig
+from marl_ppo.envs.time_limit import vmas_time_limit
 
 __all__ = ["make_vmas", "vmas_scenarios", "unknown_name"]
 
@@ -36,7 +37,12 @@ def unknown_name(kind: str, name: str, known: list[str], families: dict[str, lis
 
 
 def make_vmas(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.device | None = None) -> EnvBase:
-    """``VmasEnv`` for ``cfg.scenario`` (with the comm adapter when ``cfg.comm``)."""
+    """``VmasEnv`` for ``cfg.scenario`` (with the comm adapter when ``cfg.comm``).
+
+    ``cfg.time_limit=truncate``: the simulator runs without ``max_steps`` and torchrl's
+    ``StepCounter(cfg.max_steps)`` ends episodes as truncations (root ``truncated``; ``terminated``
+    is the scenario's own ``done``); ``terminate``: VMAS's ``max_steps``, ``terminated`` at the limit.
+    """
     from torchrl.envs.libs.vmas import VmasEnv
 
     if cfg.scenario not in vmas_scenarios():
@@ -48,17 +54,20 @@ def make_vmas(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.d
         cfg.scenario,
         num_envs=num_envs,
         continuous_actions=cfg.continuous_actions,
-        max_steps=cfg.max_steps,
+        max_steps=cfg.max_steps if cfg.time_limit == "terminate" else None,
         device=device or cfg.device,
         seed=seed,
         **kwargs,
     )
     _pin_simulator_attributes(env)
+    transforms = []
     if cfg.comm:
         from marl_ppo.envs.comm import CommAdapter
 
-        env = TransformedEnv(env, CommAdapter.for_env(env))
-    return env
+        transforms.append(CommAdapter.for_env(env))
+    if cfg.time_limit == "truncate":
+        transforms.append(vmas_time_limit(cfg.max_steps))
+    return TransformedEnv(env, Compose(*transforms)) if transforms else env
 
 
 # Read by torchrl's VmasEnv on every step, from the simulator, through EnvBase.__getattr__.
