@@ -172,7 +172,7 @@ class ModelConfig:
     activation: str = "tanh"
     share_params: bool = True
     rnn_hidden: int = 128
-    seq_len: int = 20
+    seq_len: int = 10
     critic: str = "group"
     critic_kind: Optional[str] = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
