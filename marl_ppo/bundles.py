@@ -31,6 +31,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch import nn
 
 from marl_ppo.groups import GroupKeys, GroupSpec
+from marl_ppo.models.critic import value_norms
 from marl_ppo.models.modules import group_network
 
 __all__ = ["GroupBatchNet", "GroupBundle", "find_bundles"]
@@ -86,6 +87,7 @@ def _signature(spec: GroupSpec, actor: nn.Module, critic: nn.Module, coeffs: Seq
         tuple(coeffs),
         type(nets[0]),
         type(nets[1]),
+        tuple(type(norm) for norm, _ in value_norms(critic).values()),  # value normalisation or none
     )
 
 

@@ -44,7 +44,7 @@ from marl_ppo.groups import GroupSpec
 from marl_ppo.losses import LOSSES as _LOSSES
 from marl_ppo.config import ModelConfig
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
-from marl_ppo.models.critic import update_value_norm, value_norms
+from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, update_value_norm, value_norms
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
 __all__ = ["GroupRouter", "LossAlgorithm"]
@@ -192,9 +192,15 @@ class GroupRouter(nn.Module):
         spec = bundle_spec(name, specs)
         n = specs[0].n_agents
         actor = build_actor(spec, net=GroupBatchNet([group_network(actors[g]) for g in members], n))
-        critic = TensorOutModule(GroupBatchNet([group_network(critics[g]) for g in members], n),
-                                 in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
+        net = GroupBatchNet([group_network(critics[g]) for g in members], n)
+        norms = [value_norms(critics[g])[g][0] for g in members if value_norms(critics[g])]
+        sliced = SlicedValueNorm(norms, n) if norms else None
+        if sliced is not None:  # each group's slice de-normalised with its own statistics
+            net = NormalizedValueNet(net, {name: sliced}, {})
+        critic = TensorOutModule(net, in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
         loss = self._make_loss(spec, actor, critic, head_coeffs[members[0]], reduction="none")
+        if sliced is not None:
+            object.__setattr__(loss, "_value_norm", sliced)
         loss._record_elements = True
         diagnostics = partial(_per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
         return GroupBundle(spec, members, loss, diagnostics)

@@ -221,3 +221,22 @@ def test_bundling_keeps_the_state_dict_and_follows_dtype_moves():
     assert all(p.dtype == torch.float64 for p in bundled.parameters())
     bundled.set_entropy_scale(0.5)
     assert_close(loss.head_entropy_coeffs, loss.base_head_entropy_coeffs * 0.5)
+
+
+@pytest.mark.parametrize("value_norm", ["running", "popart"])
+def test_value_normalisation_with_each_groups_own_statistics(value_norm):
+    """Bundled groups keep their own normalisers: with rewards of very different scales per group,
+    the bundled losses and gradients are the unbundled ones."""
+    groups = {g: spec(g, 2) for g in ("a", "b", "c")}
+    plain, bundled = twin_routers(groups, algorithm="mappo", value_norm=value_norm, entropy_coeff=0.01)
+    for _ in range(2):  # two batches: PopArt's second update also rescales the output layers
+        batch = synthetic_batch(groups, plain)
+        for i, g in enumerate(groups):
+            key = ("next", g, "train_reward")
+            batch.set(key, batch.get(key) * 10 ** i + 5.0 * i)
+        bundled.compute_advantages(batch.clone())
+        if _ == 0:
+            plain.compute_advantages(batch.clone())
+    means = [float(bundled._value_norms[g][0].denormalize(torch.zeros(1))) for g in groups]
+    assert len({round(m, 3) for m in means}) == 3, means
+    assert_same_update(plain, bundled, batch, [("a", "b", "c")])

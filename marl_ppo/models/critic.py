@@ -29,7 +29,7 @@ from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observat
 from marl_ppo.models.modules import TensorOutModule, stamp_network
 from marl_ppo.models.recurrent import recurrent_trunk
 
-__all__ = ["build_critic", "build_global_critic", "check_every_group_acts", "NormalizedValueNet", "make_value_norm", "value_norms",
+__all__ = ["build_critic", "build_global_critic", "check_every_group_acts", "NormalizedValueNet", "SlicedValueNorm", "make_value_norm", "value_norms",
            "update_value_norm", "output_layer"]
 
 
@@ -66,8 +66,8 @@ def build_critic(
         return stamp_network(critic, net)
     norm = make_value_norm(value_norm, popart_beta, device)
     wrapped = NormalizedValueNet(net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {})
-    # not stamped: a bundle rebuilds critics from the bare network, without the normaliser
-    return TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+    critic = TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+    return stamp_network(critic, net)  # a bundle runs the bare network, with the groups' normalisers
 
 
 def _recurrent_critic(group: GroupSpec, kind: str, *, centralized: bool, share_params: bool, hidden, activation,
@@ -148,6 +148,26 @@ class NormalizedValueNet(nn.Module):
         if isinstance(out, tuple):
             return tuple(norm.denormalize(v) for norm, v in zip(self.norms.values(), out))
         return next(iter(self.norms.values())).denormalize(out)
+
+
+class SlicedValueNorm(nn.Module):
+    """Several groups' normalisers over their groups concatenated along the agent dim (a bundle:
+    group ``i``'s agents at ``[i * n, (i + 1) * n)``). Holds them without registering them."""
+
+    def __init__(self, norms: Sequence[ValueNorm], n_agents: int) -> None:
+        super().__init__()
+        self._norms = tuple(norms)
+        self.n_agents = n_agents
+
+    def _each(self, x: torch.Tensor, fn: str) -> torch.Tensor:
+        chunks = x.split(self.n_agents, dim=-2)
+        return torch.cat([getattr(norm, fn)(c) for norm, c in zip(self._norms, chunks)], dim=-2)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return self._each(x, "normalize")
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return self._each(x, "denormalize")
 
 
 def value_norms(critic: nn.Module) -> dict[str, tuple[ValueNorm, tuple | None]]:
