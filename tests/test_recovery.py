@@ -438,3 +438,19 @@ def test_recurrent_model_crash_then_resume_reproduces_the_uninterrupted_run(tmp_
     episodes at the checkpoint, and the normaliser's statistics are checkpointed."""
     cfg = config("model.kind=gru", "model.rnn_hidden=8", "model.seq_len=5", "loss.value_norm=popart")
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB)
+
+
+def test_any_damaged_bytes_are_a_checkpoint_error(tmp_path):
+    """Random bytes (seeded: the same 300 files every run) are refused as a corrupt checkpoint,
+    whatever error they make torch's unpickler raise (IndexError, KeyError, ... not only
+    UnpicklingError)."""
+    import random
+
+    from marl_ppo.checkpoints import CheckpointError, load_checkpoint
+
+    gen = random.Random(0)
+    path = tmp_path / "last.pt"
+    for size in [1, 2, 8, 64, 1024] * 60:
+        path.write_bytes(bytes(gen.getrandbits(8) for _ in range(size)))
+        with pytest.raises(CheckpointError, match=str(path)):
+            load_checkpoint(path)
