@@ -190,3 +190,15 @@ def test_run_names_come_from_the_env():
     }
     for overrides, name in names.items():
         assert load_config(overrides=overrides.split()).run_name() == name
+
+
+def test_an_env_class_as_factory_gets_the_system_arguments_it_names():
+    """torchrl's env metaclass makes inspect.signature(cls) read (*args, **kwargs); the class's
+    __init__ says what it takes."""
+    from marl_ppo.envs.custom import factory_arguments
+    from marl_ppo.toy_env import HybridTargetEnv
+
+    args = factory_arguments(HybridTargetEnv, {"n_symbols": 4}, num_envs=4, device="cpu", seed=3, max_steps=7)
+    assert args == {"n_symbols": 4, "num_envs": 4, "device": "cpu", "seed": 3, "max_steps": 7}
+    with pytest.raises(Exception, match=r"env.kwargs \['colour'\] are not parameters of the factory HybridTargetEnv"):
+        factory_arguments(HybridTargetEnv, {"colour": 1}, num_envs=4, device="cpu", seed=3, max_steps=7)

@@ -124,8 +124,13 @@ def factory_path(fn: EnvFactory) -> str | None:
 def factory_arguments(fn: EnvFactory, kwargs: dict[str, Any], **system: Any) -> dict[str, Any]:
     """``kwargs`` plus the ``system`` arguments (num_envs, device, seed, max_steps) ``fn`` names."""
     name = getattr(fn, "__name__", repr(fn))
+    # a class (an EnvBase subclass): its __init__'s parameters; torchrl's env metaclass makes
+    # inspect.signature(cls) read (*args, **kwargs), which would pass none of the system arguments
+    target = fn.__init__ if inspect.isclass(fn) else fn
     try:
-        params = inspect.signature(fn).parameters
+        params = dict(inspect.signature(target).parameters)
+        if inspect.isclass(fn):
+            params.pop("self", None)
     except (TypeError, ValueError):  # a builtin or C callable: pass what the config says
         return dict(kwargs)
     named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -138,7 +143,7 @@ def factory_arguments(fn: EnvFactory, kwargs: dict[str, Any], **system: Any) -> 
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     unknown = sorted(set(kwargs) - named)
     if unknown and not takes_any:
-        raise ConfigError(f"env.kwargs {unknown} are not parameters of the factory {name}{inspect.signature(fn)}")
+        raise ConfigError(f"env.kwargs {unknown} are not parameters of the factory {name}{inspect.signature(target)}")
     return {**kwargs, **{k: v for k, v in system.items() if k in named}}
 
 
