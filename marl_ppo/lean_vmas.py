@@ -10,7 +10,7 @@ tensors, keeps each step's tensors in lists and stacks each key once per batch.
 
 It takes only the case it can reproduce exactly (:func:`lean_vmas_collector` returns ``None``
 otherwise, and :func:`~marl_ppo.collectors.make_collector` uses torchrl's ``Collector``):
-a ``VmasEnv`` with homogeneous groups and tensor observations, wrapped only in the ``RewardSum``
+a ``VmasEnv`` on the CPU with homogeneous groups and tensor observations, wrapped only in the ``RewardSum``
 that :func:`~marl_ppo.envs.make_env` adds, and a policy whose actors are each a network
 followed by one non-composite distribution. Resets call the same VMAS methods as torchrl's
 wrapper in the same order, so VMAS's random stream, the global one (the policy's samples) and
@@ -136,7 +136,8 @@ def lean_vmas_collector(env: EnvBase, policy: Any, *, frames_per_batch: int, tot
     actors = _plain_actors(policy) if base is not None else None
     if actors is None:
         return None
-    if device is not None and torch.device(device) != base.device:
+    # CPU only: on CUDA it has never run (no GPU was at hand to compare it with torchrl's collector there)
+    if base.device.type != "cpu" or (device is not None and torch.device(device).type != "cpu"):
         return None
     if frames_per_batch % base.batch_size.numel() or sorted(a.group for a in actors) != sorted(base.group_map):
         return None
