@@ -139,7 +139,7 @@ def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = No
         # warm-up (untimed): first collection (env reset, lazy inits), one minibatch of update
         batch = parts.reward_table(next(batches))
         router.compute_advantages(batch)
-        ppo_update(router, step, batch[:, : max(mb // batch.shape[0], 1)], num_epochs=1, minibatch_size=mb)
+        ppo_update(router, step, batch[:, : -(-mb // batch.shape[0])], num_epochs=1, minibatch_size=mb)
         if raw is not None:
             raw.update(*(t[:mb] for t in batch_tensors(batch)), epochs=1, minibatch=mb)
         collector.update_policy_weights_()

@@ -61,7 +61,7 @@ def update_scaling(args) -> None:
         collector.shutdown()
         parts.router.compute_advantages(batch)
         mb = cfg.train.minibatch_size
-        ppo_update(parts.router, parts.step, batch[:, : max(mb // batch.shape[0], 1)], num_epochs=1, minibatch_size=mb)
+        ppo_update(parts.router, parts.step, batch[:, : -(-mb // batch.shape[0])], num_epochs=1, minibatch_size=mb)
         t = time.perf_counter()
         ppo_update(parts.router, parts.step, batch, num_epochs=args.epochs, minibatch_size=mb)
         dt = time.perf_counter() - t

@@ -286,11 +286,12 @@ def main() -> None:
           f"{args.repeats} repeats x {args.iterations_per_repeat} iter, compile={args.compile}; "
           f"our collector: {type(collector).__name__}")
 
-    # warm-up (one minibatch each, untimed): first-call allocations and lazy inits (and compiling)
+    # warm-up (one full minibatch each, untimed): first-call allocations and lazy inits (and compiling
+    # at the real minibatch size: a smaller one would recompile in the first timed update)
     batch = parts.reward_table(next(batches))
     next(reference)
     router.compute_advantages(batch)
-    ppo_update(router, step, batch[:, : max(args.minibatch // batch.shape[0], 1)], num_epochs=1,
+    ppo_update(router, step, batch[:, : -(-args.minibatch // batch.shape[0])], num_epochs=1,
                minibatch_size=args.minibatch)
     floor.update(*(t[: args.minibatch] for t in batch_tensors(batch)), epochs=1, minibatch=args.minibatch)
     floor_advantages(floor, collect_floor.collect(), cfg.loss.gamma, cfg.loss.lmbda)
