@@ -3,7 +3,7 @@ frames/s against the number of vectorised envs.
 
 1. Update: MAPPO on VMAS navigation with 3, 12 and 48 agents (``--agents``), 6 000 frames per
    batch (60 envs), minibatch 400, our default MLP 256x2 and centralised critic (its input grows
-   with the agents: ``n_agents x 18``). Times ``ppo_update`` over ``--epochs`` epochs after a
+   with the agents: ``n_agents x 18``), the spawning area ``sqrt(n/3)`` on a side. Times ``ppo_update`` over ``--epochs`` epochs after a
    one-minibatch warm-up, and divides by epochs x frames x agents: microseconds per agent-sample.
 2. Collection: navigation with 3 agents at ``--envs`` vectorised envs (10 to 4 096), ``--steps``
    steps per batch; frames/s of our direct collector (``make_collector``: the lean VMAS
@@ -16,6 +16,7 @@ frames/s against the number of vectorised envs.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -45,9 +46,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def config(n_agents: int, num_envs: int, frames: int, minibatch: int = 400):
-    return load_config(overrides=[f"env.kwargs={{n_agents: {n_agents}}}", f"env.num_envs={num_envs}",
+    # the spawning area grows with the agents (VMAS's default 1 x 1 cannot place 48 agents and goals)
+    side = max(1.0, math.sqrt(n_agents / 3))
+    return load_config(overrides=[f"env.kwargs={{n_agents: {n_agents}, world_spawning_x: {side}, "
+                                  f"world_spawning_y: {side}}}", f"env.num_envs={num_envs}",
                                   f"train.frames_per_batch={frames}", f"train.minibatch_size={minibatch}",
-                                  "train.total_frames=-1", "log.progress=false", "log.plot=false"])
+                                  "train.total_frames=100000000", "log.progress=false", "log.plot=false"])
 
 
 def update_scaling(args) -> None:
