@@ -51,7 +51,8 @@ def config(n_agents: int, num_envs: int, frames: int, minibatch: int = 400):
     return load_config(overrides=[f"env.kwargs={{n_agents: {n_agents}, world_spawning_x: {side}, "
                                   f"world_spawning_y: {side}}}", f"env.num_envs={num_envs}",
                                   f"train.frames_per_batch={frames}", f"train.minibatch_size={minibatch}",
-                                  "train.total_frames=100000000", "log.progress=false", "log.plot=false"])
+                                  "train.total_frames=100000000", "log.progress=false", "log.plot=false",
+                                  "log.checkpoint_every=0"])
 
 
 def update_scaling(args) -> None:
