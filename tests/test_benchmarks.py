@@ -24,6 +24,34 @@ def test_benchmark_script_quick(script, pattern):
     assert re.search(pattern, out.stdout), out.stdout
 
 
+def test_throughput_quick_reports_collection_and_iteration_floors():
+    """throughput.py on our 10-epoch config: the lean collector, and ratios for collection, update, iteration."""
+    out = _run("throughput.py", "--quick", "--threads", "1", "--repeats", "1", "--config", "navigation", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "navigation config" in out.stdout and "our collector: LeanVmasCollector" in out.stdout, out.stdout
+    for what in ("collection", "update", "iteration"):
+        m = re.search(rf"{what} ratio ours/floor\s+([0-9.]+)x", out.stdout)
+        assert m and float(m.group(1)) > 0, out.stdout
+    lp = re.search(r"floor log-prob check \(max \|lp - old lp\|\)\s+([0-9.e+-]+)", out.stdout)
+    assert lp and float(lp.group(1)) < 1e-3, out.stdout  # the floor computes our policy
+
+
+def test_scaling_quick():
+    out = _run("scaling.py", "--quick", "--threads", "1", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = re.findall(r"^\s+(\d+)\s+18\s+[0-9.]+\s+([0-9.]+)\s+[0-9.]+$", out.stdout, re.M)
+    assert [int(n) for n, _ in rows] == [3, 6] and all(float(us) > 0 for _, us in rows), out.stdout
+    envs = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+[0-9.]+$", out.stdout, re.M)
+    assert [int(n) for n, *_ in envs] == [10, 60], out.stdout
+
+
+def test_first_batch_reports_time_to_the_first_batch():
+    out = _run("first_batch.py", "--repeats", "1", "--threads", "1", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = re.search(r"train: first batch collected \(6000 frames\)\s+([0-9.]+)", out.stdout)
+    assert m and float(m.group(1)) > 0, out.stdout
+
+
 def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "examples" / "benchmarks" / script), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -101,3 +101,101 @@ def test_config_errors_name_the_keys():
         load_config(overrides=["train.collector.bakend=ray"])
     with pytest.raises(ConfigError, match=r"env.num_envs \(5\) must be divisible by train.collector.num_collectors \(2\)"):
         _cfg("process", "env.num_envs=5", "train.frames_per_batch=50")  # refused with the config, before any build
+
+
+# -- the lean VMAS collector (marl_ppo.lean_vmas) against torchrl's Collector ---------------------
+
+
+def _collect(cfg, *, lean: bool, batches: int, restart_at: tuple[int, ...] = (), seed: int = 123):
+    """``batches`` batches from the direct collector (lean or torchrl's), restarting episodes from
+    ``seed + i`` before batch ``i`` for each ``i`` in ``restart_at`` (as the trainer does at checkpoints)."""
+    parts = build(cfg)
+    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=batches * cfg.train.frames_per_batch,
+                               lean=lean)
+    assert (type(collector).__name__ == "LeanVmasCollector") == lean
+    out = []
+    try:
+        if 0 in restart_at:
+            assert collector.restart(seed)
+        for batch in collector:
+            out.append(batch.clone())
+            if len(out) in restart_at:
+                assert collector.restart(seed + len(out))
+    finally:
+        collector.shutdown()
+    return out
+
+
+def _assert_same_batches(expected, actual):
+    assert len(expected) == len(actual)
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        assert set(e.keys(True)) == set(a.keys(True)), (i, set(e.keys(True)) ^ set(a.keys(True)))
+        for key in e.keys(True):
+            x, y = e.get(key), a.get(key)
+            if isinstance(x, torch.Tensor):
+                assert (x.shape, x.dtype, x.device) == (y.shape, y.dtype, y.device), (i, key)
+                assert torch.equal(x, y), (i, key, (x != y).sum().item())
+            else:  # a sub-tensordict: same batch size (group [B, T, n_agents], info) and device
+                assert (x.batch_size, x.device) == (y.batch_size, y.device), (i, key)
+        assert (e.batch_size, e.device) == (a.batch_size, a.device)
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # continuous (TanhNormal): every env's episode ends together (max_steps 7 < T 10)
+    ["env.continuous_actions=false"],  # discrete (Categorical) actions
+])
+def test_lean_vmas_collector_gives_torchrl_collectors_batches(extra):
+    """Same seeds, same batches: keys, shapes, dtypes, values, episode returns, trajectory ids, restarts."""
+    cfg = _cfg("direct", *extra)
+    restarts = (0, 2)  # before the first batch (a resumed run) and between batches (a checkpoint)
+    expected = _collect(cfg, lean=False, batches=4, restart_at=restarts)
+    _assert_same_batches(expected, _collect(cfg, lean=True, batches=4, restart_at=restarts))
+    assert (expected[0].get(("next", "done")).sum(1) > 0).all()  # episodes end inside each batch
+
+
+def test_lean_vmas_collector_partial_resets():
+    """Balance episodes end at different steps in different envs: VMAS resets them one by one."""
+    cfg = _cfg("direct", "env.scenario=balance", "env.kwargs={}", "env.num_envs=6", "env.max_steps=60",
+               "train.frames_per_batch=60")
+    expected = _collect(cfg, lean=False, batches=10)
+    done = torch.stack([b.get(("next", "done")).squeeze(-1) for b in expected])  # [batches, envs, T]
+    assert (done.any(1) & ~done.all(1)).any()  # some steps reset some envs, not all
+    _assert_same_batches(expected, _collect(cfg, lean=True, batches=10))
+
+
+def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch):
+    """A run with checkpoints (episode restarts) ends with the same parameters and logs either way."""
+    import functools
+
+    import marl_ppo.trainer as trainer_module
+
+    cfg = _cfg("direct", "train.total_frames=160", "log.checkpoint_every=2")
+    lean = Trainer(cfg, run_dir=tmp_path / "lean")
+    lean.fit()
+    monkeypatch.setattr(trainer_module, "make_collector", functools.partial(make_collector, lean=False))
+    plain = Trainer(cfg, run_dir=tmp_path / "torchrl")
+    plain.fit()
+    for k, v in plain.parts.router.state_dict().items():
+        assert torch.equal(v, lean.parts.router.state_dict()[k]), k
+
+    def scalars(run):  # every logged metric but the timings, as written
+        root = tmp_path / run / "logs" / "scalars"
+        return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.csv") if "time" not in p.parts}
+
+    assert scalars("torchrl") == scalars("lean") != {}
+
+
+def test_lean_vmas_collector_declines_what_it_cannot_reproduce():
+    from tensordict.nn import TensorDictModule
+
+    from marl_ppo.lean_vmas import lean_vmas_collector
+
+    parts = build(_cfg("direct"))
+    kw = dict(frames_per_batch=40, total_frames=40)
+    assert lean_vmas_collector(parts.env, parts.router.policy, **kw) is not None
+    other_policy = TensorDictModule(nn.Linear(18, 2), in_keys=[("agents", "observation")], out_keys=[("agents", "action")])
+    assert lean_vmas_collector(parts.env, other_policy, **kw) is None
+    assert lean_vmas_collector(parts.env.base_env, parts.router.policy, **kw) is None  # no episode returns
+    assert lean_vmas_collector(parts.env, parts.router.policy, frames_per_batch=42, total_frames=42) is None
+    comm = build(_cfg("direct", "env.scenario=simple_reference", "env.kwargs={}", "env.comm=true"))
+    assert lean_vmas_collector(comm.env, comm.router.policy, **kw) is None

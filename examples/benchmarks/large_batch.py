@@ -7,16 +7,20 @@ on the base MAPPO config (``algorithm/mappo.yaml``: clip 0.2, lambda 0.9, entrop
 shared critic) and the base MLP (``model/layers/mlp.yaml``: 256x2 tanh). It sets every device to
 ``cuda``; here ``--device`` picks it (``cpu`` by default).
 
-The structure is throughput.py's: a torchrl ``Collector`` (as ``Trainer.fit`` does) gives a batch
-("collect"), the bound reward table + ``router.compute_advantages`` ("adv"), then ``ppo_update`` +
-``update_policy_weights_`` ("update"), each timed (with ``torch.cuda.synchronize`` on CUDA). One
-warm-up iteration (a collected batch and a one-minibatch update) is not timed. Prints per-iteration
-times, medians, frames/s, the collection/update split, ms per gradient step and the peak RSS (and
-the peak CUDA memory on CUDA).
+The structure is throughput.py's: the run's collector (``make_collector``, as ``Trainer.fit`` uses
+it) gives a batch ("collect"), the bound reward table + ``router.compute_advantages`` ("adv"), then
+``ppo_update`` + ``update_policy_weights_`` ("update"), each timed (with ``torch.cuda.synchronize``
+on CUDA). One warm-up iteration (a collected batch and a one-minibatch update) is not timed. Prints
+per-iteration times, medians, frames/s, the collection/update split, ms per gradient step and the
+peak RSS (and the peak CUDA memory on CUDA).
 
-Run (on CPU about a minute per iteration; use a quiet machine):
+``--floor`` also times throughput.py's raw-torch floor of the update on the same batch (CPU), the
+two alternating every 5 epochs, and prints the update ratio ours/floor at this size.
+
+Run (on CPU about a minute per iteration, twice that with ``--floor``; use a quiet machine):
 
     .venv/bin/python examples/benchmarks/large_batch.py                      # 3 iterations, CPU
+    .venv/bin/python examples/benchmarks/large_batch.py --threads 1 --iterations 1 --floor
     .venv/bin/python examples/benchmarks/large_batch.py --device cuda --iterations 5
     .venv/bin/python examples/benchmarks/large_batch.py --quick              # smoke check, seconds
 
@@ -30,10 +34,11 @@ import statistics
 import time
 
 import torch
-from torchrl.collectors import Collector
 
+from marl_ppo.collectors import make_collector
 from marl_ppo.config import Config, load_config
 from marl_ppo.trainer import Parts, build, ppo_update
+from throughput import GROUP, Floor, batch_tensors
 from vs_benchmarl import navigation_overrides
 
 FULL = dict(iterations=3, num_envs=600, frames_per_batch=60_000, epochs=45, minibatch=4096)
@@ -69,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_arguments(p)
     p.add_argument("--device", default="cpu", help="env and training device: cpu or cuda")
+    p.add_argument("--floor", action="store_true", help="also time throughput.py's raw-torch floor of the update")
     args = fill_defaults(p.parse_args(argv), FULL, QUICK)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda, but torch.cuda.is_available() is False")
@@ -113,26 +119,35 @@ def report_devices(parts: Parts, batch, device: str, log=print) -> bool:
     return not bad
 
 
-def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = None, log=print) -> dict:
-    """Warm-up, then ``iterations`` timed ones (fewer if ``budget_s`` runs out). Returns the rows and the parts."""
+def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = None, log=print,
+                    floor: bool = False) -> dict:
+    """Warm-up, then ``iterations`` timed ones (fewer if ``budget_s`` runs out). Returns the rows and the parts.
+
+    ``floor``: the update alternates, every 5 epochs, with throughput.py's raw-torch floor on the same
+    batch ("floor" row).
+    """
     device = cfg.train.device
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     parts = build(cfg)
     router, step = parts.router, parts.step
     fpb, mb = cfg.train.frames_per_batch, cfg.train.minibatch_size
-    collector = Collector(parts.env, router.policy, frames_per_batch=fpb, total_frames=fpb * (iterations + 1),
-                          device=device, auto_register_policy_transforms=False)
+    collector = make_collector(cfg, parts.env, router.policy, total_frames=fpb * (iterations + 1))
     batches = iter(collector)
+    raw = _floor(parts, cfg) if floor else None
     t_start = time.perf_counter()
     try:
         # warm-up (untimed): first collection (env reset, lazy inits), one minibatch of update
         batch = parts.reward_table(next(batches))
         router.compute_advantages(batch)
-        ppo_update(router, step, batch[:, : max(mb // batch.shape[0], 1)], num_epochs=1, minibatch_size=mb)
+        ppo_update(router, step, batch[:, : -(-mb // batch.shape[0])], num_epochs=1, minibatch_size=mb)
+        if raw is not None:
+            raw.update(*(t[:mb] for t in batch_tensors(batch)), epochs=1, minibatch=mb)
         collector.update_policy_weights_()
         sync()
         log(f"  warm-up {time.perf_counter() - t_start:.1f}s (batch {list(batch.batch_size)})")
         rows: dict[str, list[float]] = {"collect": [], "adv": [], "update": []}
+        if raw is not None:
+            rows["floor"] = []
         for it in range(iterations):
             if budget_s is not None and it and time.perf_counter() - t_start > budget_s:
                 log(f"  time budget of {budget_s:.0f}s spent: stopping after {it} timed iteration(s)")
@@ -146,17 +161,50 @@ def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = No
             router.compute_advantages(batch)
             sync()
             t2 = time.perf_counter()
-            ppo_update(router, step, batch, num_epochs=cfg.train.num_epochs, minibatch_size=mb)
+            t_update, t_floor = _update(parts, batch, cfg, raw)
             collector.update_policy_weights_()
             sync()
             t3 = time.perf_counter()
-            for k, v in (("collect", t1 - t0), ("adv", t2 - t1), ("update", t3 - t2)):
+            for k, v in (("collect", t1 - t0), ("adv", t2 - t1), ("update", t_update)):
                 rows[k].append(v)
-            log(f"  iteration {it + 1}: collect {t1 - t0:.2f}s  adv {t2 - t1:.3f}s  update {t3 - t2:.2f}s  "
-                f"frames/s {batch.numel() / (t3 - t0):.0f}")
+            if raw is not None:
+                rows["floor"].append(t_floor)
+            log(f"  iteration {it + 1}: collect {t1 - t0:.2f}s  adv {t2 - t1:.3f}s  update {t_update:.2f}s  "
+                + (f"floor {t_floor:.2f}s (ratio {t_update / t_floor:.2f}x)  " if raw is not None else "")
+                + f"frames/s {batch.numel() / (t1 - t0 + t2 - t1 + t_update):.0f}")
     finally:
         collector.shutdown()
     return {"rows": rows, "parts": parts, "batch": batch, "frames": batch.numel()}
+
+
+def _floor(parts: Parts, cfg: Config):
+    """throughput.py's raw-torch floor of the update, for the run's (single) group."""
+    spec = parts.groups[GROUP]
+    act = spec.agent_action_spec
+    n_agents, obs_dim = spec.observation_shape
+    return Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
+                 lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
+
+
+def _update(parts: Parts, batch, cfg: Config, raw, chunk: int = 5) -> tuple[float, float]:
+    """Seconds of our update (and of the floor's on the same batch, alternating every ``chunk`` epochs)."""
+    mb, epochs = cfg.train.minibatch_size, cfg.train.num_epochs
+    if raw is None:
+        t = time.perf_counter()
+        ppo_update(parts.router, parts.step, batch, num_epochs=epochs, minibatch_size=mb)
+        return time.perf_counter() - t, float("nan")
+    tensors = batch_tensors(batch)
+    raw.load_from(parts.router)
+    t_ours = t_floor = 0.0
+    for done in range(0, epochs, chunk):
+        n = min(chunk, epochs - done)
+        t0 = time.perf_counter()
+        raw.update(*tensors, epochs=n, minibatch=mb)
+        t1 = time.perf_counter()
+        ppo_update(parts.router, parts.step, batch, num_epochs=n, minibatch_size=mb)
+        t2 = time.perf_counter()
+        t_floor, t_ours = t_floor + t1 - t0, t_ours + t2 - t1
+    return t_ours, t_floor
 
 
 def summarize(result: dict, cfg: Config, log=print) -> dict:
@@ -178,6 +226,12 @@ def summarize(result: dict, cfg: Config, log=print) -> dict:
     log(f"  ppo_update     {med['update']:8.2f}s  ({100 * out['update_share']:.0f}% with reward+GAE; "
         f"{out['ms_per_step']:.2f} ms/step)")
     log(f"  iteration      {it_s:8.2f}s")
+    if "floor" in rows:
+        ratios = [u / f for u, f in zip(rows["update"], rows["floor"])]
+        out["update_floor_ratio"] = statistics.median(ratios)
+        log(f"  floor update   {med['floor']:8.2f}s  ({1e3 * med['floor'] / steps:.2f} ms/step)")
+        log(f"update ratio ours/floor {out['update_floor_ratio']:.2f}x  (iterations: "
+            + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     log(f"frames/s {out['fps']:.0f}  (collect only {out['collect_fps']:.0f})")
     log(f"split collect/update {100 * out['collect_share']:.0f}/{100 * out['update_share']:.0f}")
     log(f"peak RSS {out['peak_rss_mib']:.0f} MiB")
@@ -197,7 +251,7 @@ def main(argv=None) -> None:
           f"clip {cfg.loss.clip_epsilon}, entropy {cfg.loss.entropy_coeff}, critic {cfg.loss.loss_critic_type} "
           f"x{cfg.loss.critic_coeff}, grad-norm clip {cfg.train.max_grad_norm}, MLP {cfg.model.hidden} "
           f"{cfg.model.activation}, shared params, centralised critic; {args.iterations} timed iteration(s)")
-    result = time_iterations(cfg, args.iterations)
+    result = time_iterations(cfg, args.iterations, floor=args.floor)
     report_devices(result["parts"], result["batch"], args.device)
     summarize(result, cfg)
 

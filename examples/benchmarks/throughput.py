@@ -1,30 +1,42 @@
-"""Throughput of one training iteration: our trainer against a raw-torch floor for the same update.
+"""Throughput of one training iteration: our trainer against a raw-torch floor, collection included.
 
-The setting is BenchMARL's base MAPPO config on VMAS navigation (3 agents, 10 envs, max_steps 100,
-6 000 frames per iteration, 45 epochs, minibatch 400, lr 5e-5, MLP 256x2 tanh, clip 0.2,
-gamma 0.99, lambda 0.9, grad-norm clip 5, centralised critic with shared parameters), the one
-that DESIGN.md's "What we measure against" quotes (BenchMARL: about 21 s an iteration, 285 frames/s;
-a raw-torch floor: about 9.8 s).
+Two settings (``--config``):
 
-Each repeat, for --iterations-per-repeat iterations:
+* ``benchmarl`` (default): BenchMARL's base MAPPO config on VMAS navigation (3 agents, 10 envs,
+  max_steps 100, 6 000 frames per iteration, 45 epochs, minibatch 400, lr 5e-5, MLP 256x2 tanh,
+  clip 0.2, gamma 0.99, lambda 0.9, grad-norm clip 5, centralised critic with shared parameters);
+* ``navigation``: our default config ``configs/navigation.yaml`` (60 envs, 6 000 frames,
+  10 epochs, minibatch 400), where collection weighs more.
 
-* ours: collect a batch with a torchrl ``Collector`` (as ``Trainer.fit`` does), apply the bound
-  reward table and ``router.compute_advantages`` ("adv"), then ``ppo_update`` ("update");
-* floor: the same update in plain torch on the tensors of that same batch (observations, actions,
-  old log-probs, advantages, value targets): the same MLP shapes (policy obs->256->256->2*act with
-  tanh, biased-softplus scale, TanhNormal log-prob by hand; centralised critic over the 3 agents'
-  concatenated observations -> 256 -> 256 -> 1 value shared by the agents, as torchrl's
-  ``SharedAgentMLP(centralized=True)`` does), the same minibatches and epochs,
-  one (fused) Adam, clipped PPO objective + MSE critic loss, grad-norm clip. No tensordict/torchrl
-  inside. The two updates alternate every ``--chunk-epochs`` epochs on the same batch.
+Each repeat, for --iterations-per-repeat iterations, ours and the floor run side by side:
 
-The floor starts from the weights that collected the batch, so its first log-probs must equal the
-stored ones ("lp check" below; a large value means the floor computes a different policy).
-Prints medians over repeats, the update ratio ours/floor, frames/s and the peak RSS.
+* collection. Ours: the run's collector (``make_collector``, as ``Trainer.fit`` uses it; on VMAS
+  the lean collector of ``marl_ppo.lean_vmas``). Floor: ``vmas.make_env`` stepped directly (no
+  torchrl wrapper, no collector, no TensorDict) with the same policy network as plain torch modules
+  (obs -> 256 -> 256 -> loc, scale; TanhNormal sample and log-prob by hand), keeping the frames an
+  update needs (observation, next observation, action, log-prob, reward, done), the same number of
+  frames. torchrl's own ``Collector`` on the same env and policy is timed too, for reference;
+* advantages. Ours: the bound reward table and ``router.compute_advantages``. Floor: its critic on
+  the observations and next observations, and GAE as a reverse loop over time;
+* the update. Ours: ``ppo_update``. Floor: the same update in plain torch on the tensors of our
+  batch: the same MLP shapes (policy obs->256->256->2*act with tanh, biased-softplus scale,
+  TanhNormal log-prob by hand; centralised critic over the 3 agents' concatenated observations ->
+  256 -> 256 -> 1 value shared by the agents, as torchrl's ``SharedAgentMLP(centralized=True)``
+  does), the same minibatches and epochs, one (fused) Adam, clipped PPO objective + MSE critic
+  loss, grad-norm clip. No tensordict/torchrl inside. The two updates alternate every
+  ``--chunk-epochs`` epochs on the same batch.
+
+The floor's update starts from the weights that collected the batch, so its first log-probs must
+equal the stored ones ("lp check" below; a large value means the floor computes a different policy).
+Prints medians over repeats and the ratios ours/floor (median of the repeats' ratios) for
+collection, the update and the whole iteration; frames/s and the peak RSS. Figures:
+``docs/performance.md``.
 
 Run (takes minutes; use a quiet machine):
 
-    .venv/bin/python examples/benchmarks/throughput.py
+    .venv/bin/python examples/benchmarks/throughput.py --threads 1
+    .venv/bin/python examples/benchmarks/throughput.py --threads 1 --compile
+    .venv/bin/python examples/benchmarks/throughput.py --threads 1 --config navigation
     .venv/bin/python examples/benchmarks/throughput.py --quick        # smoke check, seconds
 
 On a shared machine pass ``--threads 1``: with another busy process, torch's default of one
@@ -37,22 +49,29 @@ import math
 import resource
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torchrl.collectors import Collector
 
+from marl_ppo.collectors import make_collector
 from marl_ppo.config import load_config
+from marl_ppo.envs import make_env
 from marl_ppo.trainer import build, ppo_update
 
 GROUP = "agents"
-FULL = dict(repeats=3, num_envs=10, frames_per_batch=6000, epochs=45, minibatch=400)
+ROOT = Path(__file__).resolve().parents[2]
+FULL = {"benchmarl": dict(repeats=3, num_envs=10, frames_per_batch=6000, epochs=45, minibatch=400),
+        "navigation": dict(repeats=3, num_envs=60, frames_per_batch=6000, epochs=10, minibatch=400)}
 QUICK = dict(repeats=3, num_envs=10, frames_per_batch=1200, epochs=2, minibatch=200)
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", choices=sorted(FULL), default="benchmarl",
+                   help="benchmarl: BenchMARL's base config (45 epochs); navigation: configs/navigation.yaml (10 epochs)")
     p.add_argument("--repeats", type=int)
     p.add_argument("--iterations-per-repeat", type=int, default=1)
     p.add_argument("--num-envs", type=int)
@@ -67,10 +86,21 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    for k, v in (QUICK if args.quick else FULL).items():
+    for k, v in (QUICK if args.quick else FULL[args.config]).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     return args
+
+
+def run_config(args):
+    """The config of ``--config``, with the sizes of the command line."""
+    common = [f"env.num_envs={args.num_envs}", f"train.frames_per_batch={args.frames_per_batch}",
+              f"train.num_epochs={args.epochs}", f"train.minibatch_size={args.minibatch}",
+              "train.total_frames=100000000", "log.progress=false", "log.plot=false",
+              f"train.compile={str(getattr(args, 'compile', False)).lower()}"]
+    if args.config == "navigation":
+        return load_config(ROOT / "configs" / "navigation.yaml", overrides=common)
+    return benchmarl_config(args)
 
 
 def benchmarl_config(args):
@@ -153,6 +183,70 @@ class Floor:
                 self.optimizer.step()
 
 
+class CollectFloor:
+    """VMAS stepped directly with the floor's policy network: the frames an update needs, nothing else.
+
+    No torchrl env, collector or TensorDict: ``vmas.make_env`` with the run's scenario, the policy's
+    TanhNormal sample and log-prob by hand, VMAS's own resets of the envs that are done. Keeps per
+    step the observation, next observation, action, log-prob, reward and done, stacked once into
+    ``[envs, T, ...]`` tensors at the end, as any trainer must keep them.
+    """
+
+    def __init__(self, cfg, floor: Floor) -> None:
+        import vmas
+
+        e = cfg.env
+        self.env = vmas.make_env(e.scenario, num_envs=e.num_envs, device="cpu", continuous_actions=True,
+                                 seed=cfg.train.seed, max_steps=e.max_steps, **dict(e.kwargs))
+        self.floor = floor
+        self.steps = cfg.train.frames_per_batch // e.num_envs
+        self.obs = torch.stack(self.env.reset(), 1)
+
+    @torch.no_grad()
+    def collect(self) -> dict[str, torch.Tensor]:
+        f = self.floor
+        keep = {k: [] for k in ("obs", "next_obs", "action", "log_prob", "reward", "done")}
+        for _ in range(self.steps):
+            loc, raw_scale = f.policy(self.obs).chunk(2, -1)
+            scale = (F.softplus(raw_scale + f.bias) + f.SCALE_MIN).clamp_min(f.SCALE_LB)
+            x = loc + scale * torch.randn_like(loc)
+            action = f.mid + f.half * torch.tanh(x)
+            normal = -((x - loc) ** 2) / (2 * scale**2) - scale.log() - 0.5 * math.log(2 * math.pi)
+            log_det = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x)) + f.half.log()
+            obs, rews, dones, _ = self.env.step(list(action.unbind(1)))
+            next_obs = torch.stack(obs, 1)
+            for k, v in (("obs", self.obs), ("next_obs", next_obs), ("action", action),
+                         ("log_prob", (normal - log_det).sum(-1)), ("reward", torch.stack(rews, 1).unsqueeze(-1)),
+                         ("done", dones)):
+                keep[k].append(v)
+            if dones.any():
+                if dones.all():
+                    self.env.reset(return_observations=False)
+                else:
+                    for i in dones.nonzero().squeeze(-1).tolist():
+                        self.env.reset_at(i, return_observations=False)
+                next_obs = torch.stack(self.env.get_from_scenario(get_observations=True, get_rewards=False,
+                                                                  get_infos=False, get_dones=False)[0], 1)
+            self.obs = next_obs
+        return {k: torch.stack(v, 1) for k, v in keep.items()}
+
+
+@torch.no_grad()
+def floor_advantages(floor: Floor, data: dict[str, torch.Tensor], gamma: float, lmbda: float) -> torch.Tensor:
+    """The floor's GAE: its critic on the observations and next observations, a reverse loop over time."""
+    n = data["obs"].shape[-2]
+    value = floor.critic(data["obs"].flatten(-2)).unsqueeze(-2).expand(*data["obs"].shape[:-1], 1)
+    next_value = floor.critic(data["next_obs"].flatten(-2)).unsqueeze(-2).expand(*data["obs"].shape[:-1], 1)
+    not_done = (~data["done"]).float().view(*data["done"].shape, 1, 1).expand(-1, -1, n, 1)
+    delta = data["reward"] + gamma * not_done * next_value - value
+    adv = torch.empty_like(delta)
+    last = torch.zeros_like(delta[:, 0])
+    for t in range(delta.shape[1] - 1, -1, -1):
+        last = delta[:, t] + gamma * lmbda * not_done[:, t] * last
+        adv[:, t] = last
+    return adv, adv + value
+
+
 def batch_tensors(batch) -> tuple[torch.Tensor, ...]:
     """The tensors the update reads, flattened over envs x time: obs, action, old log-prob, adv, target."""
     g = batch.get(GROUP)
@@ -170,7 +264,7 @@ def batch_tensors(batch) -> tuple[torch.Tensor, ...]:
 
 def main() -> None:
     args = parse_args()
-    cfg = benchmarl_config(args)
+    cfg = run_config(args)
     parts = build(cfg)
     router, step = parts.router, parts.step
     spec = parts.groups[GROUP]
@@ -178,28 +272,43 @@ def main() -> None:
     n_agents, obs_dim = spec.observation_shape
     floor = Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
                   lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
+    floor.load_from(router)
+    collect_floor = CollectFloor(cfg, floor)
     total = args.frames_per_batch * (args.repeats * args.iterations_per_repeat + 1)
-    collector = Collector(parts.env, router.policy, frames_per_batch=args.frames_per_batch, total_frames=total,
-                          device=cfg.train.device, auto_register_policy_transforms=False)
+    collector = make_collector(cfg, parts.env, router.policy, total_frames=total)
     batches = iter(collector)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; navigation x{n_agents}, "
+    # torchrl's Collector on its own env, for reference (its batches are not used)
+    reference = iter(Collector(make_env(cfg.env, seed=cfg.train.seed + 1), router.policy,
+                               frames_per_batch=args.frames_per_batch, total_frames=total,
+                               auto_register_policy_transforms=False))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.config} config: navigation x{n_agents}, "
           f"{args.num_envs} envs, {args.frames_per_batch} frames/iter, {args.epochs} epochs, minibatch {args.minibatch}, "
-          f"{args.repeats} repeats x {args.iterations_per_repeat} iter, compile={args.compile}")
+          f"{args.repeats} repeats x {args.iterations_per_repeat} iter, compile={args.compile}; "
+          f"our collector: {type(collector).__name__}")
 
-    # warm-up (one minibatch each, untimed): first-call allocations and lazy inits (and compiling)
+    # warm-up (one full minibatch each, untimed): first-call allocations and lazy inits (and compiling
+    # at the real minibatch size: a smaller one would recompile in the first timed update)
     batch = parts.reward_table(next(batches))
+    next(reference)
     router.compute_advantages(batch)
-    ppo_update(router, step, batch[:, : max(args.minibatch // batch.shape[0], 1)], num_epochs=1,
+    ppo_update(router, step, batch[:, : -(-args.minibatch // batch.shape[0])], num_epochs=1,
                minibatch_size=args.minibatch)
     floor.update(*(t[: args.minibatch] for t in batch_tensors(batch)), epochs=1, minibatch=args.minibatch)
+    floor_advantages(floor, collect_floor.collect(), cfg.loss.gamma, cfg.loss.lmbda)
 
     def iteration() -> dict[str, float]:
         t0 = time.perf_counter()
         batch = next(batches)
         t1 = time.perf_counter()
+        data = collect_floor.collect()
+        t2 = time.perf_counter()
+        next(reference)
+        t3 = time.perf_counter()
         batch = parts.reward_table(batch)
         router.compute_advantages(batch)
-        t2 = time.perf_counter()
+        t4 = time.perf_counter()
+        floor_advantages(floor, data, cfg.loss.gamma, cfg.loss.lmbda)
+        t5 = time.perf_counter()
         tensors = batch_tensors(batch)
         floor.load_from(router)  # the weights that collected this batch
         with torch.no_grad():
@@ -209,16 +318,18 @@ def main() -> None:
         t_floor = t_ours = 0.0
         for done in range(0, args.epochs, args.chunk_epochs):
             chunk = min(args.chunk_epochs, args.epochs - done)
-            t3 = time.perf_counter()
+            t6 = time.perf_counter()
             floor.update(*tensors, epochs=chunk, minibatch=args.minibatch)
-            t4 = time.perf_counter()
+            t7 = time.perf_counter()
             ppo_update(router, step, batch, num_epochs=chunk, minibatch_size=args.minibatch)
-            t5 = time.perf_counter()
-            t_floor, t_ours = t_floor + t4 - t3, t_ours + t5 - t4
+            t8 = time.perf_counter()
+            t_floor, t_ours = t_floor + t7 - t6, t_ours + t8 - t7
         collector.update_policy_weights_()
-        return {"collect": t1 - t0, "adv": t2 - t1, "floor": t_floor, "update": t_ours, "lp_check": lp_check}
+        return {"collect": t1 - t0, "floor_collect": t2 - t1, "torchrl_collect": t3 - t2, "adv": t4 - t3,
+                "floor_adv": t5 - t4, "update": t_ours, "floor": t_floor, "lp_check": lp_check}
 
-    rows: dict[str, list[float]] = {k: [] for k in ("collect", "adv", "update", "floor", "lp_check")}
+    keys = ("collect", "floor_collect", "torchrl_collect", "adv", "floor_adv", "update", "floor", "lp_check")
+    rows: dict[str, list[float]] = {k: [] for k in keys}
     for rep in range(args.repeats):
         sums = dict.fromkeys(rows, 0.0)
         for _ in range(args.iterations_per_repeat):
@@ -226,26 +337,34 @@ def main() -> None:
                 sums[k] = max(sums[k], v) if k == "lp_check" else sums[k] + v / args.iterations_per_repeat
         for k, v in sums.items():
             rows[k].append(v)
-        print(f"  repeat {rep + 1}: collect {sums['collect']:.2f}s  adv {sums['adv']:.3f}s  "
-              f"update {sums['update']:.2f}s  floor {sums['floor']:.2f}s  "
-              f"ratio {sums['update'] / sums['floor']:.2f}x  lp check {sums['lp_check']:.1e}")
+        print(f"  repeat {rep + 1}: collect {sums['collect']:.2f}s (floor {sums['floor_collect']:.2f}s, "
+              f"torchrl Collector {sums['torchrl_collect']:.2f}s)  adv {sums['adv']:.3f}s (floor {sums['floor_adv']:.3f}s)  "
+              f"update {sums['update']:.2f}s (floor {sums['floor']:.2f}s)  lp check {sums['lp_check']:.1e}")
     collector.shutdown()
 
     med = {k: statistics.median(v) for k, v in rows.items()}
     n_steps = args.epochs * max(args.frames_per_batch // args.minibatch, 1)
-    ours_iter = med["collect"] + med["adv"] + med["update"]
+    ours_iter = [c + a + u for c, a, u in zip(rows["collect"], rows["adv"], rows["update"])]
+    floor_iter = [c + a + u for c, a, u in zip(rows["floor_collect"], rows["floor_adv"], rows["floor"])]
+
+    def ratio(ours: list[float], theirs: list[float]) -> str:
+        rs = [o / t for o, t in zip(ours, theirs)]
+        return f"{statistics.median(rs):.2f}x  (repeats: {', '.join(f'{r:.2f}' for r in rs)})"
+
     print(f"\nper iteration (median of {args.repeats}; {n_steps} gradient steps)")
-    print(f"  {'':<22}{'seconds':>10}{'ms/step':>10}")
-    for label, key in (("ours: collect", "collect"), ("ours: reward+GAE", "adv"), ("ours: ppo_update", "update"),
-                       ("floor: update", "floor")):
-        per_step = f"{1e3 * med[key] / n_steps:10.2f}" if key in ("update", "floor") else f"{'':>10}"
-        print(f"  {label:<22}{med[key]:10.2f}{per_step}")
-    print(f"  {'ours: iteration':<22}{ours_iter:10.2f}")
-    ratios = [u / f for u, f in zip(rows["update"], rows["floor"])]
-    print(f"  update ratio ours/floor     {statistics.median(ratios):.2f}x  (median of the repeats' ratios; "
-          f"ratio of the medians {med['update'] / med['floor']:.2f}x)")
-    print(f"  frames/s (ours, collect + update)   {args.frames_per_batch / ours_iter:.0f}")
-    print(f"  collect frames/s                    {args.frames_per_batch / med['collect']:.0f}")
+    print(f"  {'':<26}{'ours s':>9}{'floor s':>9}{'ms/step':>18}")
+    print(f"  {'collection':<26}{med['collect']:9.2f}{med['floor_collect']:9.2f}")
+    print(f"  {'reward table + GAE':<26}{med['adv']:9.3f}{med['floor_adv']:9.3f}")
+    print(f"  {'update':<26}{med['update']:9.2f}{med['floor']:9.2f}"
+          f"{1e3 * med['update'] / n_steps:9.2f}{1e3 * med['floor'] / n_steps:9.2f}")
+    print(f"  {'iteration':<26}{statistics.median(ours_iter):9.2f}{statistics.median(floor_iter):9.2f}")
+    print(f"  torchrl's Collector (reference): {med['torchrl_collect']:.2f}s")
+    print(f"  collection ratio ours/floor   {ratio(rows['collect'], rows['floor_collect'])}")
+    print(f"  update ratio ours/floor       {ratio(rows['update'], rows['floor'])}")
+    print(f"  iteration ratio ours/floor    {ratio(ours_iter, floor_iter)}")
+    print(f"  torchrl Collector / floor     {ratio(rows['torchrl_collect'], rows['floor_collect'])}")
+    print(f"  frames/s (ours, whole iteration)    {args.frames_per_batch / statistics.median(ours_iter):.0f}")
+    print(f"  collect frames/s (ours)             {args.frames_per_batch / med['collect']:.0f}")
     print(f"  floor log-prob check (max |lp - old lp|)  {max(rows['lp_check']):.1e}")
     print(f"  peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

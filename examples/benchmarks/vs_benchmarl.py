@@ -24,6 +24,11 @@ each child we report:
 
 Then medians over ``--repeats`` and the ratios ours/BenchMARL of frames/s.
 
+``--concurrent`` runs the two children of a repeat at the same time instead (one thread each with
+``--threads 1``): on a machine that other jobs load unevenly, a slow spell then falls on both
+sides of the ratio, at the price of each side's absolute speed (they share the cores and memory
+bandwidth).
+
 The settings are BenchMARL's defaults (read from the BenchMARL venv at run time and printed; a
 mismatch with what we mirror is flagged): 3 agents, 10 envs, max_steps 100, 6 000 frames per
 iteration, 45 epochs, minibatch 400, lr 5e-5, MLP 256x2 tanh, clip 0.2, gamma 0.99, lambda 0.9,
@@ -36,6 +41,7 @@ Run (minutes; use a quiet machine):
     .venv/bin/python examples/benchmarks/vs_benchmarl.py --threads 1 --frames 60000 --repeats 5
     .venv/bin/python examples/benchmarks/vs_benchmarl.py --quick --ours-only # smoke check, seconds
     .venv/bin/python examples/benchmarks/vs_benchmarl.py --compile            # ours with train.compile=true
+    .venv/bin/python examples/benchmarks/vs_benchmarl.py --threads 1 --repeats 2 --concurrent   # a shared machine
 
 ``--threads N`` sets ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` for both children (torch reads
 ``OMP_NUM_THREADS`` at import for its intra-op pool; BenchMARL's script takes no thread flag) and
@@ -145,6 +151,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true",
                    help="ours with train.compile=true (its first iteration then includes compiling)")
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke check")
+    p.add_argument("--concurrent", action="store_true",
+                   help="run the two children of a repeat at the same time (a shared machine's slow spells hit both)")
     p.add_argument("--ours-only", action="store_true", help="skip BenchMARL (no BenchMARL venv needed)")
     p.add_argument("--benchmarl-script", default=str(BENCHMARL_SH), help="path of benchmarl_baseline.sh")
     p.add_argument("--out", help="where the runs write (default: a temporary folder, removed at the end)")
@@ -371,6 +379,7 @@ def main(argv=None) -> None:
     threads = f"{args.threads} (OMP_NUM_THREADS/MKL_NUM_THREADS for both, torch.set_num_threads in ours)" \
         if args.threads else "torch defaults"
     print(f"vs_benchmarl: MAPPO on VMAS navigation, {args.frames} frames per run, {args.repeats} repeat(s), "
+          f"{'both children at once' if args.concurrent else 'one child at a time'}, "
           f"threads: {threads}; peak RSS by {'GNU time -v' if _gnu_time() else 'polling /proc/<pid>/status VmHWM'}")
     if not args.ours_only and benchmarl_conf_dir() is None:
         # benchmarl_baseline.sh makes its venv on first use: do that now, untimed
@@ -385,8 +394,15 @@ def main(argv=None) -> None:
         for rep in range(args.repeats):
             seed = args.seed + rep
             order = sides if rep % 2 == 0 else sides[::-1]
+            runs = {"ours": run_ours, "benchmarl": run_benchmarl}
+            if args.concurrent:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(len(order)) as pool:
+                    futures = {side: pool.submit(runs[side], args, seed, workdir) for side in order}
+                    results = {side: f.result() for side, f in futures.items()}
             for side in order:
-                r = (run_ours if side == "ours" else run_benchmarl)(args, seed, workdir)
+                r = results[side] if args.concurrent else runs[side](args, seed, workdir)
                 rows[side].append(r)
                 print(f"  repeat {rep + 1} {side:<9}: proc wall {r['proc_wall']:6.1f}s  "
                       f"run wall {r['run_wall']:6.1f}s  "
