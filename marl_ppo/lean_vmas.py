@@ -14,7 +14,8 @@ keeps each step's tensors in lists and stacks each key once per batch: about the
 It takes only the case it can reproduce exactly (:func:`lean_vmas_collector` returns ``None``
 otherwise, and :func:`~marl_ppo.collectors.make_collector` uses torchrl's ``Collector``):
 a ``VmasEnv`` on the CPU with homogeneous groups and tensor observations, wrapped only in the ``RewardSum``
-that :func:`~marl_ppo.envs.make_env` adds, and a policy whose actors are each a network
+that :func:`~marl_ppo.envs.make_env` adds (after the ``StepCounter`` of ``env.time_limit=truncate``,
+whose count, ``truncated`` and ``done`` it reproduces), and a policy whose actors are each a network
 followed by one non-composite distribution. Resets call the same VMAS methods as torchrl's
 wrapper in the same order, so VMAS's random stream, the global one (the policy's samples) and
 every key, shape, dtype and value match: ``tests/test_collectors.py`` compares batches with
@@ -45,7 +46,7 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torchrl.data import Composite
-from torchrl.envs import EnvBase, RewardSum, TransformedEnv
+from torchrl.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules.distributions import TanhNormal
 from torchrl.modules.distributions.utils import sample_and_log_prob
 
@@ -111,12 +112,17 @@ def _plain_actors(policy: Any) -> list[_Actor] | None:
 
 
 def _plain_vmas(env: EnvBase):
-    """``env``'s ``VmasEnv`` if ``env`` is exactly ``VmasEnv`` + the episode-return ``RewardSum``."""
+    """``(VmasEnv, max_steps)`` if ``env`` is exactly ``VmasEnv`` + the episode-return ``RewardSum``,
+    optionally after the ``StepCounter`` of ``env.time_limit=truncate`` (``max_steps`` is then its
+    limit, else ``None``); ``None`` for any other env."""
     from torchrl.envs.libs.vmas import VmasWrapper
 
     if not isinstance(env, TransformedEnv) or not isinstance(env.base_env, VmasWrapper):
         return None
     transforms = list(env.transform) if hasattr(env.transform, "__iter__") else [env.transform]
+    max_steps = None
+    if len(transforms) == 2 and _plain_step_counter(transforms[0]):
+        max_steps = transforms.pop(0).max_steps
     if len(transforms) != 1 or type(transforms[0]) is not RewardSum:
         return None
     base = env.base_env
@@ -126,26 +132,37 @@ def _plain_vmas(env: EnvBase):
         return None
     if not (base.continuous_actions or base.categorical_actions) or set(base.done_keys) != {"done", "terminated"}:
         return None
+    if max_steps is not None and base._env.max_steps is not None:
+        return None  # two limits
     if list(rsum.reset_keys) != ["_reset"] * len(groups):
         return None
     if any(isinstance(base.full_observation_spec[g, "observation"], Composite) for g in groups):
         return None  # a dict observation
-    return base
+    return base, max_steps
+
+
+def _plain_step_counter(t) -> bool:
+    """torchrl's ``StepCounter`` with a limit, on the root keys, updating ``done`` (what the VMAS adapter adds)."""
+    return (type(t) is StepCounter and t.max_steps is not None and t.update_done
+            and list(t.step_count_keys) == ["step_count"] and list(t.truncated_keys) == ["truncated"]
+            and list(t.done_keys) == ["done"] and list(t.reset_keys) == ["_reset"])
 
 
 def lean_vmas_collector(env: EnvBase, policy: Any, *, frames_per_batch: int, total_frames: int,
                         device: str | torch.device | None = None) -> "LeanVmasCollector | None":
     """A :class:`LeanVmasCollector` if it reproduces torchrl's ``Collector`` for ``env`` and ``policy``, else ``None``."""
-    base = _plain_vmas(env)
-    actors = _plain_actors(policy) if base is not None else None
+    plain = _plain_vmas(env)
+    actors = _plain_actors(policy) if plain is not None else None
     if actors is None:
         return None
+    base, max_steps = plain
     # CPU only: on CUDA it has never run (no GPU was at hand to compare it with torchrl's collector there)
     if base.device.type != "cpu" or (device is not None and torch.device(device).type != "cpu"):
         return None
     if frames_per_batch % base.batch_size.numel() or sorted(a.group for a in actors) != sorted(base.group_map):
         return None
-    return LeanVmasCollector(env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames)
+    return LeanVmasCollector(env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                             max_steps=max_steps)
 
 
 class LeanVmasCollector:
@@ -155,8 +172,9 @@ class LeanVmasCollector:
     """
 
     def __init__(self, env: TransformedEnv, base, actors: list[_Actor], policy: Any, *,
-                 frames_per_batch: int, total_frames: int) -> None:
+                 frames_per_batch: int, total_frames: int, max_steps: int | None = None) -> None:
         self.env, self.base, self.actors, self.policy = env, base, actors, policy
+        self.max_steps = max_steps  # the StepCounter's limit (env.time_limit=truncate), or None
         self.sim = base._env  # the VMAS simulator
         self.n_envs = base.batch_size.numel()
         self.steps = frames_per_batch // self.n_envs
@@ -205,6 +223,8 @@ class LeanVmasCollector:
         """A full reset through torchrl's env (as the collector's start and ``reset()`` do); new trajectory ids."""
         td = self.env.reset()
         self.state = {"done": td.get("done"), "terminated": td.get("terminated")}
+        if self.max_steps is not None:
+            self.state.update(step_count=td.get("step_count"), truncated=td.get("truncated"))
         for g in self.groups:
             self.state[g] = {"observation": td.get((g, "observation")), "episode_reward": td.get((g, "episode_reward")),
                              "info": {k: td.get((g, "info", k)) for k in self.info_keys[g]}}
@@ -237,6 +257,11 @@ class LeanVmasCollector:
         reset = self._read(obs, infos)
         dones = _column(dones)
         state = {"done": torch.where(done, dones, nxt["done"]), "terminated": torch.where(done, dones, nxt["terminated"])}
+        if self.max_steps is not None:  # StepCounter._reset: count 0, truncated (False), done := truncated
+            count = torch.where(done, 0, nxt["step_count"])
+            truncated = count >= self.max_steps
+            state.update(step_count=count, truncated=torch.where(done, truncated, nxt["truncated"]),
+                         done=torch.where(done, truncated, nxt["done"]))
         for g in self.groups:
             m = mask.view(-1, 1, 1)
             state[g] = {
@@ -259,6 +284,11 @@ class LeanVmasCollector:
             obs, rews, dones, infos = self.sim.step(by_agent)
             done = _column(dones)
             nxt = {"done": done, "terminated": done.clone()}
+            if self.max_steps is not None:  # StepCounter._step: truncated at the limit, done |= truncated
+                count = state["step_count"] + 1
+                truncated = count >= self.max_steps
+                done = truncated | done
+                nxt.update(done=done, step_count=count, truncated=truncated)
             for g, gd in self._read(obs, infos, rews).items():
                 gd["episode_reward"] = state[g]["episode_reward"] + gd["reward"]  # RewardSum
                 nxt[g] = gd
@@ -293,8 +323,9 @@ class LeanVmasCollector:
                 fields["info"] = TensorDict(info, batch_size=[B, T, n], device=dev)
             return TensorDict(fields, batch_size=[B, T, n], device=dev)
 
-        root = {"done": stack([s["done"] for s in roots]), "terminated": stack([s["terminated"] for s in roots])}
-        nxt = {"done": stack([s["done"] for s in nexts]), "terminated": stack([s["terminated"] for s in nexts])}
+        flags = ["done", "terminated"] + (["step_count", "truncated"] if self.max_steps is not None else [])
+        root = {k: stack([s[k] for s in roots]) for k in flags}
+        nxt = {k: stack([s[k] for s in nexts]) for k in flags}
         for g in self.groups:
             root[g] = group_td(roots, g, [o[g] for o in policy_outs], ("observation", "episode_reward"))
             nxt[g] = group_td(nexts, g, None, ("observation", "reward", "episode_reward"))

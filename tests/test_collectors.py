@@ -141,8 +141,9 @@ def _assert_same_batches(expected, actual):
 
 
 @pytest.mark.parametrize("extra", [
-    [],  # continuous (TanhNormal): every env's episode ends together (max_steps 7 < T 10)
+    [],  # continuous (TanhNormal): every env's episode ends together (max_steps 7 < T 10), truncated
     ["env.continuous_actions=false"],  # discrete (Categorical) actions
+    ["env.time_limit=terminate"],  # VMAS's own max_steps: the limit is a termination, no step counter
 ])
 def test_lean_vmas_collector_gives_torchrl_collectors_batches(extra):
     """Same seeds, same batches: keys, shapes, dtypes, values, episode returns, trajectory ids, restarts."""
@@ -153,10 +154,12 @@ def test_lean_vmas_collector_gives_torchrl_collectors_batches(extra):
     assert (expected[0].get(("next", "done")).sum(1) > 0).all()  # episodes end inside each batch
 
 
-def test_lean_vmas_collector_partial_resets():
-    """Balance episodes end at different steps in different envs: VMAS resets them one by one."""
+@pytest.mark.parametrize("time_limit", ["truncate", "terminate"])
+def test_lean_vmas_collector_partial_resets(time_limit):
+    """Balance episodes end at different steps in different envs: VMAS resets them one by one
+    (and with truncate, the step counter restarts for those envs only)."""
     cfg = _cfg("direct", "env.scenario=balance", "env.kwargs={}", "env.num_envs=6", "env.max_steps=60",
-               "train.frames_per_batch=60")
+               "train.frames_per_batch=60", f"env.time_limit={time_limit}")
     expected = _collect(cfg, lean=False, batches=10)
     done = torch.stack([b.get(("next", "done")).squeeze(-1) for b in expected])  # [batches, envs, T]
     assert (done.any(1) & ~done.all(1)).any()  # some steps reset some envs, not all
