@@ -87,7 +87,8 @@ def fine_tuned_config(args, device: str) -> Config:
         n_envs=args.num_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs, minibatch=args.minibatch,
         total_frames=args.frames_per_batch * (args.iterations + 1), seed=args.seed, gamma=FINE_TUNED["gamma"],
         device=device,
-    ) + ["log.progress=false", "log.plot=false", f"train.compile={str(getattr(args, 'compile', False)).lower()}"])
+    ) + ["log.progress=false", "log.plot=false", f"train.compile={str(getattr(args, 'compile', False)).lower()}",
+         "loss.value_norm=none"])  # the floor's critic regresses raw targets: the same work
 
 
 def off_device(parts: Parts, batch, device: str) -> tuple[list[str], list[str]]:
