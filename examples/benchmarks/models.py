@@ -183,6 +183,11 @@ def plan(args) -> tuple[list[Run], list[Run], list[Run]]:
             task = TASKS[tname]
             frames = args.frames or (QUICK_FRAMES[tname] if args.quick else None)
             variants = dict(args.variant_map)
+            if args.on_benchmarl_config:  # each variant's options on top of BenchMARL's config
+                if not task.benchmarl:
+                    continue
+                variants = {f"{v} on BenchMARL's config": [*benchmarl_config_overrides(tname, args.quick), *o]
+                            for v, o in variants.items()}
             if args.benchmarl and task.benchmarl:
                 variants[BENCHMARL_CONFIG] = benchmarl_config_overrides(tname, args.quick)
             for vname, vover in variants.items():
@@ -372,6 +377,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny sizes and frames: a smoke check of the script")
     p.add_argument("--benchmarl", action="store_true",
                    help="also BenchMARL's MAPPO and 'ours on BenchMARL's config' on the VMAS tasks")
+    p.add_argument("--on-benchmarl-config", action="store_true",
+                   help="run each variant on BenchMARL's config (VMAS tasks only) instead of the task's own")
     p.add_argument("--benchmarl-script", default=str(BENCHMARL_SH), help="path of benchmarl_baseline.sh")
     p.add_argument("--out", help="run directories (default: a new temporary folder, kept)")
     p.add_argument("--json", help="results file (default: <out>/models_results.json)")
