@@ -267,7 +267,7 @@ class LossConfig:
     normalize_advantage: bool = False
     group_weights: dict[str, float] = field(default_factory=dict)
     bundle_groups: bool = True
-    value_norm: str = "running"
+    value_norm: str = "none"
     popart_beta: float = 0.95
 
     def __post_init__(self) -> None:
