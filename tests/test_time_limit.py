@@ -200,14 +200,16 @@ def test_gae_bootstraps_at_a_truncated_step_only(make_cfg, time_limit):
 # -- restarts and custom envs -----------------------------------------------------------------------
 
 
-def test_collector_restart_restarts_the_step_count():
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "torchrl"])
+def test_collector_restart_restarts_the_step_count(lean):
     from marl_ppo.collectors import make_collector
 
     cfg = load_config(overrides=["env.num_envs=2", f"env.max_steps={MAX_STEPS}", "env.kwargs.n_agents=2",
                                  "train.frames_per_batch=6", "train.minibatch_size=6"])
     env = make_env(cfg.env, seed=0)
     router = GroupRouter.from_specs(read_group_specs(env), hidden=(8,))
-    collector = make_collector(cfg, env, router.policy, total_frames=-1)
+    collector = make_collector(cfg, env, router.policy, total_frames=-1, lean=lean)
+    assert (type(collector).__name__ == "LeanVmasCollector") == lean
     batches = iter(collector)
     first = next(batches)
     assert first["next", "step_count"][0].squeeze(-1).tolist() == [1, 2, 3]  # mid-episode at the end
@@ -215,7 +217,7 @@ def test_collector_restart_restarts_the_step_count():
     second = next(batches)
     assert second["next", "step_count"][0].squeeze(-1).tolist() == [1, 2, 3]
     assert not second["next", "truncated"].any()
-    collector.collector.shutdown()
+    collector.shutdown()
 
 
 def spread_factory(seed: int, max_steps: int):
