@@ -194,9 +194,9 @@ class ModelConfig:
             if unknown:
                 raise ConfigError(f"model.groups.{group}: unknown key(s) {unknown}; a group may override "
                                   f"{list(self.OVERRIDABLE)}")
-            merged = self.for_group(group)
-            _check_model_options(f"model.groups.{group}", merged.kind, merged.critic_kind, list(merged.hidden),
-                                 merged.activation, merged.rnn_hidden)
+            merged = {k: override.get(k, getattr(self, k)) for k in self.OVERRIDABLE}
+            _check_model_options(f"model.groups.{group}", merged["kind"], merged["critic_kind"],
+                                 list(merged["hidden"]), merged["activation"], merged["rnn_hidden"])
 
     def for_group(self, group: str) -> "ModelConfig":
         """This config with ``groups[group]``'s overrides applied (and no per-group table)."""

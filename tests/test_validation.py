@@ -47,6 +47,18 @@ BAD = [
     (["reward_table={agents: [{team: null}]}"], ["group 'agents'", "team()", "None"]),
     (["reward_table={agents: null}"], ["group 'agents'", "empty (null)"]),
     (["reward_table={agents: [{key: 5}]}"], ["group 'agents'", "a key must be a string", "5"]),
+    (["model.kind=rnn"], ["model.kind", "'mlp', 'gru', 'lstm'", "'rnn'"]),
+    (["model.critic=team"], ["model.critic", "'group', 'global'", "'team'"]),
+    (["model.critic_kind=cnn"], ["model.critic_kind", "'cnn'"]),
+    (["model.rnn_hidden=0"], ["model.rnn_hidden", ">= 1", "0"]),
+    (["model.seq_len=0"], ["model.seq_len", ">= 1", "0"]),
+    (["model.groups={agents: {depth: 3}}"], ["model.groups.agents", "['depth']", "'kind'", "'rnn_hidden'"]),
+    (["model.groups={agents: {kind: rnn}}"], ["model.groups.agents.kind", "'rnn'"]),
+    (["model.critic=global", "model.critic_kind=gru"], ["model.critic_kind='gru'", "model.critic=global", "MLP"]),
+    (["model.kind=gru", "model.seq_len=30"], ["model.seq_len=30", "100 steps"]),
+    (["loss.value_norm=batch"], ["loss.value_norm", "'none', 'running', 'popart'", "'batch'"]),
+    (["loss.popart_beta=1.0"], ["loss.popart_beta", "(0, 1)", "1.0"]),
+    (["env.time_limit=truncated"], ["env.time_limit", "'truncate', 'terminate'", "'truncated'"]),
 ]
 if not torch.cuda.is_available():
     BAD += [(["train.device=cuda"], ["train.device='cuda'", "no CUDA device", "train.device=cpu"]),
