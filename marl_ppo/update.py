@@ -5,6 +5,7 @@ per iteration, the benchmarks call it directly.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -91,6 +92,7 @@ def ppo_update(
         flat = selected.reshape(-1)
     n = flat.shape[0]
     n_minibatches = max(n // minibatch_size, 1)
+    mode = (lambda: set_recurrent_mode(True)) if recurrent else contextlib.nullcontext
     # on an accelerator, reading the loss each step would make the host wait for the device every
     # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way)
     if check_each_step is None:
@@ -100,7 +102,7 @@ def ppo_update(
         perm = torch.randperm(n, device=flat.device)
         logged = []
         for i in range(n_minibatches):
-            with set_recurrent_mode(recurrent):
+            with mode():
                 losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
             stats = step(losses)
             if check_each_step and not torch.isfinite(stats["loss"]):
