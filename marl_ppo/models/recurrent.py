@@ -100,7 +100,7 @@ class MultiAgentRNN(TensorDictModuleBase):
             out = out.reshape(inner.shape) if recurrent else out
         else:  # one module per agent, on its slice of the agent dim
             dim = 1 if recurrent else len(lead)
-            out = torch.stack([cell(inner.select(*inner.keys()).unbind(dim)[i]) for i, cell in enumerate(self.cells)], dim)
+            out = torch.stack([cell(agent) for agent, cell in zip(inner.unbind(dim), self.cells)], dim)
         y = out.get("y")
         if recurrent:
             td.set(self._out_key, y.transpose(1, 2))
