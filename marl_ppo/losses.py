@@ -21,10 +21,15 @@ signature we override, so that an upgrade fails loudly there instead of silently
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from tensordict import is_tensor_collection
 from torchrl.objectives import ClipPPOLoss
+from torchrl.modules.distributions import OneHotCategorical
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
+
+from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
 
 __all__ = ["LOSSES", "OVERRIDDEN"]
 
@@ -36,6 +41,11 @@ OVERRIDDEN = {
     "_weighted_loss_entropy": ("entropy",),
     "_critic_loss_inputs": ("target_return", "state_value", "old_state_value"),
 }
+
+
+# closed-form entropies that are finite whenever the distribution's parameters are: our tanh-normal
+# (a quadrature of finite terms), categoricals (torchrl's and torch's clamp the logits)
+_FINITE_ENTROPY = (StableTanhNormal, MultiCategorical, OneHotCategorical, torch.distributions.Categorical)
 
 
 class _PerHeadLoss:
@@ -55,10 +65,15 @@ class _PerHeadLoss:
     _recorded_log_weight = _recorded_kl = _recorded_entropy = None
 
     def _get_entropy(self, dist, adv_shape):
-        if self._entropy_trained:
-            entropy = super()._get_entropy(dist, adv_shape)
-        else:
-            with torch.no_grad():  # logged, not trained: no graph, no backward through it (~8% of a step)
+        with contextlib.nullcontext() if self._entropy_trained else torch.no_grad():
+            # logged, not trained: no graph, no backward through it (~8% of a step)
+            if type(dist) in _FINITE_ENTROPY:
+                # torchrl's version also tests the closed-form entropy for non-finite values (to fall
+                # back on a Monte-Carlo estimate): a host read, a device sync every minibatch on an
+                # accelerator. These distributions' entropies are finite for finite parameters, and
+                # non-finite parameters make the loss non-finite, which stops the update.
+                entropy = dist.entropy().unsqueeze(-1)
+            else:
                 entropy = super()._get_entropy(dist, adv_shape)
         if self._record_elements:
             self._recorded_entropy = entropy

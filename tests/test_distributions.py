@@ -98,6 +98,42 @@ def test_entropy_gradient_is_finite():
     assert (scale.grad.abs() > 0).all()
 
 
+@pytest.mark.parametrize("low, high", [(-1.0, 1.0), (-2.0, 3.0), ([-1.0, 0.0], [1.0, 0.5])])
+def test_construction_without_host_reads_equals_torchrls(low, high):
+    """``affine`` given (as ``action_heads`` gives it): the same transforms, samples, log-probs, deterministic actions and
+    entropies as the construction through torchrl's checks (``affine=None``), and the same gradients
+    of a reparameterised sample."""
+    low, high = torch.as_tensor(low).expand(2), torch.as_tensor(high).expand(2)
+    affine = bool((high != 1).any() or (low != -1).any())
+    loc = torch.randn(16, 3, 2, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    scale = (torch.rand(16, 3, 2, generator=torch.Generator().manual_seed(1)) + 0.05).requires_grad_()
+    fast = StableTanhNormal(loc, scale, low=low, high=high, affine=affine)
+    checked = StableTanhNormal(loc, scale, low=low, high=high)
+    assert [type(t) for t in fast.transforms] == [type(t) for t in checked.transforms]
+    assert bool(fast.non_trivial_max or fast.non_trivial_min) == bool(checked.non_trivial_max or checked.non_trivial_min) == affine
+    samples = []
+    for d in (fast, checked):
+        torch.manual_seed(3)
+        samples.append(d.rsample_and_log_prob())
+    assert torch.equal(samples[0][0], samples[1][0]) and torch.equal(samples[0][1], samples[1][1])
+    g_fast = torch.autograd.grad(samples[0][0].sum() + samples[0][1].sum(), (loc, scale))
+    g_checked = torch.autograd.grad(samples[1][0].sum() + samples[1][1].sum(), (loc, scale))
+    assert all(torch.equal(a, b) for a, b in zip(g_fast, g_checked))
+    value = samples[0][0].detach()
+    assert torch.equal(fast.deterministic_sample, checked.deterministic_sample)  # the eval policy's action
+    assert torch.equal(fast.log_prob(value), checked.log_prob(value))
+    assert torch.equal(fast.entropy(), checked.entropy())
+
+
+def test_action_heads_refuse_bounds_that_do_not_increase():
+    from torchrl.data import Bounded
+
+    from marl_ppo.models.distributions import _leaf_head
+
+    spec = Bounded(low=torch.tensor([[-1.0, 1.0]]), high=torch.tensor([[1.0, 1.0]]), shape=(1, 2))
+    with pytest.raises(ValueError, match=r"action head move: the action spec's high \[1.0, 1.0\] must exceed its low"):
+        _leaf_head(("move",), spec, masked=False)
+
 # -- MultiCategorical -------------------------------------------------------------------------------
 
 NVEC = [3, 4, 2]

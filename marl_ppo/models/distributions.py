@@ -50,6 +50,11 @@ from torchrl.modules.distributions import (
     OneHotCategorical,
     TanhNormal,
 )
+from torchrl.modules.distributions.continuous import (
+    SafeTanhTransform,
+    _PatchedAffineTransform,
+    _PatchedComposeTransform,
+)
 from torchrl.modules.distributions.utils import safeatanh_noeps
 
 from marl_ppo.groups import GroupSpec
@@ -68,13 +73,44 @@ def _log1m_tanh_sq(x: torch.Tensor) -> torch.Tensor:
 
 
 class StableTanhNormal(TanhNormal):
-    """``TanhNormal`` with a deterministic entropy.
+    """``TanhNormal`` with a deterministic entropy, built without reading a tensor on the host.
 
     For ``Y = m + s * tanh(X)``, ``X ~ Normal(loc, scale)`` per dimension,
     ``H[Y] = H[X] + log s + E[log(1 - tanh(X)^2)]``; the expectation is a 16-point
     Gauss-Hermite quadrature, exact for polynomials of degree 31 and accurate to about 1e-4
     for the smooth integrand here. Summed over the event dims like ``log_prob``.
+
+    ``affine``: whether the bounds differ from -1..1, given by :func:`action_heads`, which checks
+    ``high > low`` once, on the host, when it reads the action spec. torchrl's ``TanhNormal``
+    checks both on every construction (``(high > low).all()``, then ``(high != 1).any()`` and
+    ``(low != -1).any()`` in an ``if``): three host reads of device tensors, so three device
+    syncs on an accelerator at every collection step and every minibatch. With ``affine`` given,
+    construction does what torchrl's does without them; with ``None``, torchrl's checks run.
     """
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, upscale: torch.Tensor | float = 5.0,
+                 low: torch.Tensor | float = -1.0, high: torch.Tensor | float = 1.0, event_dims: int | None = None,
+                 tanh_loc: bool = False, safe_tanh: bool = True, *, affine: bool | None = None) -> None:
+        if affine is None or tanh_loc or not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):
+            super().__init__(loc, scale, upscale=upscale, low=low, high=high, event_dims=event_dims,
+                             tanh_loc=tanh_loc, safe_tanh=safe_tanh)
+            return
+        # torchrl 0.14.1's TanhNormal.__init__ from its checks on: the bounds on loc's device,
+        # the safe tanh, then the affine map to the bounds when they are not -1..1
+        non_blocking = loc.device.type == "cuda"
+        high = high if high.device == loc.device else high.to(loc.device, non_blocking=non_blocking)
+        low = low if low.device == loc.device else low.to(loc.device, non_blocking=non_blocking)
+        self.non_trivial_max = self.non_trivial_min = affine
+        self.tanh_loc = False
+        self._event_dims = min(1, loc.ndim) if event_dims is None else event_dims
+        self.device = loc.device
+        self.upscale = upscale if not isinstance(upscale, torch.Tensor) else upscale.to(self.device)
+        self.low, self.high = low, high
+        t = SafeTanhTransform() if safe_tanh else D.TanhTransform()
+        if affine:
+            t = _PatchedComposeTransform([t, _PatchedAffineTransform(loc=(high + low) / 2, scale=(high - low) / 2)])
+        self._t = t
+        self.update(loc, scale)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """``TanhNormal.log_prob`` in closed form: the same maths in a few fused ops.
@@ -179,7 +215,12 @@ def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
     if isinstance(spec, (Bounded,)) and spec.domain == "continuous":
         low, high = spec.space.low[0], spec.space.high[0]
         dim = spec.shape[-1]
-        return Head(name, 2 * dim, StableTanhNormal, {"low": low, "high": high}, ("loc", "scale"))
+        # checked here, once, on the host: the distribution then never reads its bounds (see StableTanhNormal)
+        if not bool((high > low).all()):
+            raise ValueError(f"{where}: the action spec's high {high.tolist()} must exceed its low {low.tolist()} "
+                             "in every dimension")
+        affine = bool((high != 1.0).any() or (low != -1.0).any())
+        return Head(name, 2 * dim, StableTanhNormal, {"low": low, "high": high, "affine": affine}, ("loc", "scale"))
     if isinstance(spec, Unbounded) and spec.domain == "continuous":
         dim = spec.shape[-1]
         return Head(name, 2 * dim, IndependentNormal, {"tanh_loc": False}, ("loc", "scale"))
