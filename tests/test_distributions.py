@@ -139,6 +139,19 @@ def test_action_heads_refuse_bounds_that_do_not_increase():
 NVEC = [3, 4, 2]
 
 
+@pytest.mark.parametrize("scale, tol", [(0.05, 1e-5), (0.3, 1e-5), (1.0, 1e-3)])
+def test_entropy_matches_a_dense_float64_integral(scale, tol):
+    """The quadrature against the integral on a 20 001-point grid in float64 (known answer, no sampling
+    noise), for locs out to the saturated tail; at policy scales (<= 0.3) to 1e-5, at 1.0 to 1e-3."""
+    loc = torch.linspace(-6.0, 6.0, 25).unsqueeze(-1)
+    ours = StableTanhNormal(loc, torch.full_like(loc, scale)).entropy().double()
+    u = torch.linspace(-10.0, 10.0, 20001, dtype=torch.float64)
+    x = loc.double() + scale * u
+    log_jac = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
+    expected = torch.trapezoid(torch.exp(-u**2 / 2) / math.sqrt(2 * math.pi) * log_jac, u, dim=-1)
+    expected = expected + 0.5 * math.log(2 * math.pi * math.e * scale**2)
+    assert (ours - expected).abs().max().item() < tol
+
 @pytest.mark.parametrize("low, high", [(-1.0, 1.0), (-2.0, 3.0), ([-1.0, 0.0], [1.0, 0.5])])
 def test_closed_form_log_prob_and_its_gradient_match_torchrl_tanh_normal(low, high):
     # StableTanhNormal.log_prob is the hot-path rewrite of TanhNormal.log_prob: same values, same gradients,
