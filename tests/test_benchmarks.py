@@ -36,6 +36,14 @@ def test_throughput_quick_reports_collection_and_iteration_floors():
     assert lp and float(lp.group(1)) < 1e-3, out.stdout  # the floor computes our policy
 
 
+def test_update_costs_quick_reports_every_variant_against_full_and_floor():
+    out = _run("update_costs.py", "--quick", "--threads", "1", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = dict(re.findall(r"^  (full|no entropy|no explained variance|neither|floor)\s+([0-9.]+)\s", out.stdout, re.M))
+    assert set(rows) == {"full", "no entropy", "no explained variance", "neither", "floor"}, out.stdout
+    assert all(float(v) > 0 for v in rows.values()), out.stdout
+    assert re.search(r"^  full\s+[0-9.]+\s+1\.000x", out.stdout, re.M), out.stdout  # full against itself
+
 def test_scaling_quick():
     out = _run("scaling.py", "--quick", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
