@@ -79,8 +79,9 @@ class StableTanhNormal(TanhNormal):
 
     For ``Y = m + s * tanh(X)``, ``X ~ Normal(loc, scale)`` per dimension,
     ``H[Y] = H[X] + log s + E[log(1 - tanh(X)^2)]``; the expectation is a 16-point
-    Gauss-Hermite quadrature, exact for polynomials of degree 31 and accurate to about 1e-4
-    for the smooth integrand here. Summed over the event dims like ``log_prob``.
+    Gauss-Hermite quadrature, exact for polynomials of degree 31; against a dense float64 integral
+    it is within 1e-5 at the scales policies use (<= 0.3), 5e-4 at scale 1 and 0.1 at scale 3
+    (``tests/test_distributions.py``). Summed over the event dims like ``log_prob``.
 
     ``affine``: whether the bounds differ from -1..1, given by :func:`action_heads`, which checks
     ``high > low`` once, on the host, when it reads the action spec. torchrl's ``TanhNormal``
