@@ -26,7 +26,7 @@ import contextlib
 import torch
 from tensordict import is_tensor_collection
 from torchrl.objectives import ClipPPOLoss
-from torchrl.modules.distributions import OneHotCategorical
+from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
@@ -44,8 +44,10 @@ OVERRIDDEN = {
 
 
 # closed-form entropies that are finite whenever the distribution's parameters are: our tanh-normal
-# (a quadrature of finite terms), categoricals (torchrl's and torch's clamp the logits)
-_FINITE_ENTROPY = (StableTanhNormal, MultiCategorical, OneHotCategorical, torch.distributions.Categorical)
+# (a quadrature of finite terms), the normal (log of a positive scale), categoricals (torchrl's and
+# torch's clamp the logits). Masked categoricals keep torchrl's check.
+_FINITE_ENTROPY = (StableTanhNormal, IndependentNormal, MultiCategorical, OneHotCategorical,
+                   torch.distributions.Categorical)
 
 
 class _PerHeadLoss:

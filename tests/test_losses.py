@@ -35,7 +35,7 @@ def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():
     import torch
     from torch.distributions import Categorical
     from torchrl.envs.libs.vmas import VmasEnv
-    from torchrl.modules.distributions import OneHotCategorical
+    from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
 
     from marl_ppo import read_group_specs
     from marl_ppo.losses import _FINITE_ENTROPY
@@ -47,6 +47,7 @@ def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():
     logits = torch.randn(5, 3, 6, requires_grad=True)
     loc, scale = logits[..., :2], logits[..., 2:4].exp()
     dists = [StableTanhNormal(loc, scale, low=-torch.ones(2), high=torch.ones(2), affine=False),
+             IndependentNormal(loc, scale),
              MultiCategorical(logits, nvec=[2, 4]), OneHotCategorical(logits=logits), Categorical(logits=logits)]
     assert {type(d) for d in dists} == set(_FINITE_ENTROPY)
     for trained in (True, False):
