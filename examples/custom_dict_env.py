@@ -37,8 +37,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from marl_ppo.config import load_config
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 
 
 class CargoCrewEnv(EnvBase):

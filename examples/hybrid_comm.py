@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from marl_ppo.config import load_config
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

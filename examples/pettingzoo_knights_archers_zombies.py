@@ -29,7 +29,7 @@ from torchrl.envs import ExplorationType, set_exploration_type
 
 from marl_ppo.config import load_config
 from marl_ppo.envs import make_env
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.trainer import Trainer
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -11,20 +11,20 @@ from typing import Any
 
 # public name -> module that defines it
 _EXPORTS = {
-    "AggregatedStep": "marl_ppo.aggregate",
-    "total_loss": "marl_ppo.aggregate",
-    "unique_parameters": "marl_ppo.aggregate",
-    "GroupKeys": "marl_ppo.groups",
-    "GroupSpec": "marl_ppo.groups",
-    "GroupSpecError": "marl_ppo.groups",
-    "read_group_specs": "marl_ppo.groups",
-    "BoundRewardTable": "marl_ppo.reward_table",
-    "RewardTable": "marl_ppo.reward_table",
-    "RewardTableError": "marl_ppo.reward_table",
-    "own": "marl_ppo.reward_table",
-    "signal": "marl_ppo.reward_table",
-    "team": "marl_ppo.reward_table",
-    "GroupRouter": "marl_ppo.router",
+    "AggregatedStep": "marl_ppo.core.aggregate",
+    "total_loss": "marl_ppo.core.aggregate",
+    "unique_parameters": "marl_ppo.core.aggregate",
+    "GroupKeys": "marl_ppo.groups.specs",
+    "GroupSpec": "marl_ppo.groups.specs",
+    "GroupSpecError": "marl_ppo.groups.specs",
+    "read_group_specs": "marl_ppo.groups.specs",
+    "BoundRewardTable": "marl_ppo.groups.reward_table",
+    "RewardTable": "marl_ppo.groups.reward_table",
+    "RewardTableError": "marl_ppo.groups.reward_table",
+    "own": "marl_ppo.groups.reward_table",
+    "signal": "marl_ppo.groups.reward_table",
+    "team": "marl_ppo.groups.reward_table",
+    "GroupRouter": "marl_ppo.core.router",
 }
 
 __all__ = sorted(_EXPORTS)

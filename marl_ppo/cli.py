@@ -23,7 +23,7 @@ __all__ = ["main", "build_parser"]
 
 def _train(args: argparse.Namespace) -> int:
     from marl_ppo.config import load_config
-    from marl_ppo.trainer import Trainer
+    from marl_ppo.run.trainer import Trainer
 
     overrides = list(args.overrides)
     config = args.config
@@ -55,15 +55,15 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.envs import eval_num_envs, make_env
     from marl_ppo.models.recurrent import prime_env, state_spec
-    from marl_ppo.evaluation import evaluate
-    from marl_ppo.trainer import load_policy
+    from marl_ppo.run.evaluation import evaluate
+    from marl_ppo.run.build import load_policy
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
     recorder = None
     if args.video:
         if cfg.env.kind != "vmas":
             raise ValueError(f"--video renders VMAS envs only; this run's env.kind is {cfg.env.kind!r}")
-        from marl_ppo.video import FrameRecorder
+        from marl_ppo.run.video import FrameRecorder
 
         recorder = FrameRecorder()
     n = args.episodes
@@ -85,7 +85,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from marl_ppo.plots import plot_runs
+    from marl_ppo.run.plots import plot_runs
 
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "plots"
     for path in plot_runs(args.run_dirs, out, metrics=args.metric):
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return suite_main(argv[1:], prog="marl-ppo suite")
     parser = build_parser()
     args = parser.parse_args(argv)
-    from marl_ppo.signals import RunInterrupted  # light: no torch
+    from marl_ppo.run.signals import RunInterrupted  # light: no torch
 
     try:
         return args.func(args)

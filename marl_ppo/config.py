@@ -291,7 +291,7 @@ class LossConfig:
 
 @dataclass
 class CollectorConfig:
-    """How experience is collected (torchrl's collectors; see ``marl_ppo/collectors.py``).
+    """How experience is collected (torchrl's collectors; see ``marl_ppo/collect/collectors.py``).
 
     Attributes:
         backend: ``direct`` (one collector in this process), ``process`` (``num_collectors``
@@ -454,7 +454,7 @@ class Config:
         loss: the PPO loss of every group (:class:`LossConfig`).
         train: collection and optimisation (:class:`TrainConfig`).
         log: run directory, loggers, evaluation, checkpoints (:class:`LogConfig`).
-        reward_table: the YAML/dict form of :class:`~marl_ppo.reward_table.RewardTable`
+        reward_table: the YAML/dict form of :class:`~marl_ppo.groups.reward_table.RewardTable`
             (see ``docs/reward_table.md``); empty means each group trains on its own reward.
     """
 
@@ -469,7 +469,7 @@ class Config:
         if self.log.video and self.env.kind != "vmas":
             raise ConfigError(f"log.video renders VMAS envs only (log.video=true); env.kind is {self.env.kind!r}")
         if self.reward_table is not None:
-            from marl_ppo.reward_table import RewardTable, RewardTableError
+            from marl_ppo.groups.reward_table import RewardTable, RewardTableError
 
             try:  # its form here; its fit to the env's groups and keys when the env exists
                 RewardTable.from_dict(self.reward_table)

@@ -18,9 +18,9 @@ import os
 import signal
 import sys
 
-import marl_ppo.checkpoints as checkpoints
-import marl_ppo.run_logging as run_logging
-import marl_ppo.trainer as trainer
+import marl_ppo.run.checkpoints as checkpoints
+import marl_ppo.run.logger as run_logging
+import marl_ppo.run.trainer as trainer
 from marl_ppo.cli import main
 
 

@@ -36,9 +36,9 @@ from marl_ppo.config import ConfigError, EnvConfig, load_config
 from marl_ppo.envs import classic_tasks, make_env, mpe_tasks, pettingzoo_tasks
 from marl_ppo.groups import read_group_specs
 from marl_ppo.models import build_actor
-from marl_ppo.router import GroupRouter
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,13 +23,13 @@ from torchrl.modules import ProbabilisticActor
 from torchrl.modules.distributions import IndependentNormal
 
 from marl_ppo import RewardTable
-from marl_ppo.aggregate import total_loss
+from marl_ppo.core.aggregate import total_loss
 from marl_ppo.config import EnvConfig
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.models import SharedAgentMLP, group_network
-from marl_ppo.router import GroupRouter
-from marl_ppo.update import _update_keys
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.update import _update_keys
 
 B, T, OBS = 3, 8, 5
 HIDDEN = (16, 16)

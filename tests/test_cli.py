@@ -16,7 +16,7 @@ import pytest
 
 from marl_ppo.cli import main
 from marl_ppo.config import Config, load_config
-from marl_ppo.run_logging import read_scalars
+from marl_ppo.run.logger import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Collection backends (:mod:`marl_ppo.collectors`): torchrl's ``process`` and ``ray`` collectors.
+"""Collection backends (:mod:`marl_ppo.collect.collectors`): torchrl's ``process`` and ``ray`` collectors.
 
 Covered, on VMAS navigation with 2 workers each: a run trains for 2 iterations; the batch layout is
 the direct collector's (``[envs, T]``, the same keys, no seam inside an env's time axis: a new
@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from marl_ppo.collectors import make_collector
+from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import ConfigError, load_config
-from marl_ppo.trainer import Trainer, build
+from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.build import build
 
 TINY = ["env.num_envs=4", "env.max_steps=7", "train.frames_per_batch=40", "train.total_frames=80",
         "train.num_epochs=1", "train.minibatch_size=20", "model.hidden=[16]", "train.num_threads=1",
@@ -103,7 +104,7 @@ def test_config_errors_name_the_keys():
         _cfg("process", "env.num_envs=5", "train.frames_per_batch=50")  # refused with the config, before any build
 
 
-# -- the lean VMAS collector (marl_ppo.lean_vmas) against torchrl's Collector ---------------------
+# -- the lean VMAS collector (marl_ppo.collect.lean_vmas) against torchrl's Collector ---------------------
 
 
 def _collect(cfg, *, lean: bool, batches: int, restart_at: tuple[int, ...] = (), seed: int = 123):
@@ -170,7 +171,7 @@ def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch)
     """A run with checkpoints (episode restarts) ends with the same parameters and logs either way."""
     import functools
 
-    import marl_ppo.trainer as trainer_module
+    import marl_ppo.run.trainer as trainer_module
 
     cfg = _cfg("direct", "train.total_frames=160", "log.checkpoint_every=2")
     lean = Trainer(cfg, run_dir=tmp_path / "lean")
@@ -191,7 +192,7 @@ def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch)
 def test_lean_vmas_collector_declines_what_it_cannot_reproduce():
     from tensordict.nn import TensorDictModule
 
-    from marl_ppo.lean_vmas import lean_vmas_collector
+    from marl_ppo.collect.lean_vmas import lean_vmas_collector
 
     parts = build(_cfg("direct"))
     kw = dict(frames_per_batch=40, total_frames=40)

@@ -12,10 +12,10 @@ import torch
 from torch.testing import assert_close
 
 from marl_ppo.models.activations import Tanh, aten_tanh
-from marl_ppo.aggregate import total_loss
+from marl_ppo.core.aggregate import total_loss
 from marl_ppo.config import load_config
-from marl_ppo.trainer import build
-from marl_ppo.update import _update_keys, ppo_update
+from marl_ppo.run.build import build
+from marl_ppo.core.update import _update_keys, ppo_update
 
 TINY = ["env.num_envs=4", "env.max_steps=10", "env.kwargs.n_agents=2", "train.frames_per_batch=80", "train.minibatch_size=20",
         "model.hidden=[32, 32]", "loss.entropy_coeff=0.01", "train.lr=3e-3", "log.progress=false", "log.plot=false"]

@@ -13,8 +13,8 @@ from torchrl.envs.libs.vmas import VmasEnv
 from marl_ppo import AggregatedStep, GroupRouter, RewardTable, read_group_specs
 from marl_ppo.envs.comm import CommAdapter
 from marl_ppo.models.distributions import StableTanhNormal
-from marl_ppo.toy_env import HybridTargetEnv
-from marl_ppo.trainer import ppo_update
+from marl_ppo.envs.toy import HybridTargetEnv
+from marl_ppo.core.update import ppo_update
 
 
 def _toy_setup(num_envs=8, steps=6, **router_kwargs):

@@ -10,7 +10,9 @@ import torch
 from torchrl.collectors import Collector
 
 from marl_ppo.config import load_config
-from marl_ppo.trainer import Trainer, build, load_policy, ppo_update
+from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.build import build, load_policy
+from marl_ppo.core.update import ppo_update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -29,7 +29,8 @@ from marl_ppo.config import ConfigError, load_config
 from marl_ppo.envs import factory_path, make_env
 from marl_ppo.envs.custom import factory_arguments
 from marl_ppo.groups import GroupSpecError
-from marl_ppo.trainer import Trainer, load_policy
+from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.build import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -196,7 +197,7 @@ def test_an_env_class_as_factory_gets_the_system_arguments_it_names():
     """torchrl's env metaclass makes inspect.signature(cls) read (*args, **kwargs); the class's
     __init__ says what it takes."""
     from marl_ppo.envs.custom import factory_arguments
-    from marl_ppo.toy_env import HybridTargetEnv
+    from marl_ppo.envs.toy import HybridTargetEnv
 
     args = factory_arguments(HybridTargetEnv, {"n_symbols": 4}, num_envs=4, device="cpu", seed=3, max_steps=7)
     assert args == {"n_symbols": 4, "num_envs": 4, "device": "cpu", "seed": 3, "max_steps": 7}

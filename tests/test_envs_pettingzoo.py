@@ -28,8 +28,9 @@ from torchrl.collectors import Collector
 from marl_ppo.cli import main
 from marl_ppo.config import ConfigError, load_config
 from marl_ppo.groups import GroupSpecError
-from marl_ppo.reward_table import RewardTableError
-from marl_ppo.trainer import Trainer, build
+from marl_ppo.groups.reward_table import RewardTableError
+from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
 KAZ = "pettingzoo.butterfly.knights_archers_zombies_v11"

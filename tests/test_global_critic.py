@@ -6,9 +6,9 @@ import torch
 from torchrl.envs.libs.vmas import VmasEnv
 
 from marl_ppo import GroupRouter, RewardTable, read_group_specs
-from marl_ppo.aggregate import AggregatedStep
+from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.config import ModelConfig, load_config
-from marl_ppo.trainer import build
+from marl_ppo.run.build import build
 
 
 @pytest.fixture(scope="module")

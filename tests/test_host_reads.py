@@ -6,7 +6,7 @@ Counted on CPU, where such reads cost nothing and are therefore easy to add unno
 ``__index__``. Before this was checked, torchrl's ``TanhNormal`` read its bounds three times at
 every construction (every collection step and every minibatch) and torchrl's PPO entropy read its
 finiteness once per minibatch; :class:`~marl_ppo.models.distributions.StableTanhNormal` and
-:mod:`marl_ppo.losses` avoid those, and the control test shows the counter sees torchrl's.
+:mod:`marl_ppo.core.losses` avoid those, and the control test shows the counter sees torchrl's.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from torchrl.envs.libs.vmas import VmasEnv
 from torchrl.modules.distributions import TanhNormal
 
 from marl_ppo import RewardTable, read_group_specs
-from marl_ppo.aggregate import AggregatedStep
-from marl_ppo.router import GroupRouter
-from marl_ppo.update import ppo_update
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.update import ppo_update
 
 _READS = {torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__,
           torch.Tensor.__float__, torch.Tensor.__index__}

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from marl_ppo.callbacks import Callback, CallbackError
-from marl_ppo.checkpoints import load_checkpoint
+from marl_ppo.run.callbacks import Callback, CallbackError
+from marl_ppo.run.checkpoints import load_checkpoint
 from marl_ppo.cli import main
 from marl_ppo.config import load_config
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 FPB = 40

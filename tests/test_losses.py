@@ -1,4 +1,4 @@
-"""torchrl's private loss methods that :mod:`marl_ppo.losses` overrides still exist as we override them.
+"""torchrl's private loss methods that :mod:`marl_ppo.core.losses` overrides still exist as we override them.
 
 They are private to torchrl: a release may rename them or change their arguments, and an
 override of a method that no longer exists is silently never called. This fails first.
@@ -11,7 +11,7 @@ import pytest
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
-from marl_ppo.losses import LOSSES, OVERRIDDEN, _PerHeadLoss
+from marl_ppo.core.losses import LOSSES, OVERRIDDEN, _PerHeadLoss
 
 
 @pytest.mark.parametrize("base", [MAPPOLoss, IPPOLoss, ClipPPOLoss], ids=lambda c: c.__name__)
@@ -25,7 +25,7 @@ def test_overridden_method_exists_with_our_signature(base, name):
 
 def test_every_override_is_listed():
     ours = {n for n, v in vars(_PerHeadLoss).items() if callable(v) and n.startswith("_") and not n.startswith("__")}
-    assert ours == set(OVERRIDDEN), "list each overridden torchrl method in marl_ppo.losses.OVERRIDDEN"
+    assert ours == set(OVERRIDDEN), "list each overridden torchrl method in marl_ppo.core.losses.OVERRIDDEN"
     assert all(issubclass(cls, _PerHeadLoss) for cls in LOSSES.values())
 
 
@@ -38,9 +38,9 @@ def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():
     from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
 
     from marl_ppo import read_group_specs
-    from marl_ppo.losses import _FINITE_ENTROPY
+    from marl_ppo.core.losses import _FINITE_ENTROPY
     from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
-    from marl_ppo.router import GroupRouter
+    from marl_ppo.core.router import GroupRouter
 
     groups = read_group_specs(VmasEnv("navigation", num_envs=2, continuous_actions=True, seed=0))
     loss = GroupRouter.from_specs(groups, hidden=(8,)).losses["agents"]

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torchrl.envs.utils import check_env_specs, step_mdp
 
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 from memory_env import FACTORY, MemoryEnv, chance_band, make_memory_env, memory_config
 
 

@@ -34,12 +34,12 @@ import numpy as np
 import pytest
 import torch
 
-import marl_ppo.run_logging as run_logging
-from marl_ppo.checkpoints import CheckpointError, load_checkpoint
+import marl_ppo.run.logger as run_logging
+from marl_ppo.run.checkpoints import CheckpointError, load_checkpoint
 from marl_ppo.cli import main
 from marl_ppo.config import load_config
-from marl_ppo.signals import StopSignals
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.signals import StopSignals
+from marl_ppo.run.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 FPB = 40  # 4 envs x 10 steps; episodes of 25 steps run across batches, so the env state matters
@@ -446,7 +446,7 @@ def test_any_damaged_bytes_are_a_checkpoint_error(tmp_path):
     UnpicklingError)."""
     import random
 
-    from marl_ppo.checkpoints import CheckpointError, load_checkpoint
+    from marl_ppo.run.checkpoints import CheckpointError, load_checkpoint
 
     gen = random.Random(0)
     path = tmp_path / "last.pt"

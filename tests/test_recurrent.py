@@ -12,11 +12,11 @@ import torch
 from torch.testing import assert_close
 from torchrl.modules import set_recurrent_mode
 
-from marl_ppo.collectors import make_collector
+from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import ConfigError, load_config
 from marl_ppo.models.recurrent import state_keys as recurrent_state_keys
-from marl_ppo.trainer import build
-from marl_ppo.update import _sequence_chunks, _update_keys
+from marl_ppo.run.build import build
+from marl_ppo.core.update import _sequence_chunks, _update_keys
 
 SEQ = 10
 G = "agents"

@@ -1,4 +1,4 @@
-"""Tests for :mod:`marl_ppo.reward_table`: the explicit env-signal -> training-reward/done mapping.
+"""Tests for :mod:`marl_ppo.groups.reward_table`: the explicit env-signal -> training-reward/done mapping.
 
 Covered:
 
@@ -26,7 +26,7 @@ from tensordict import TensorDict
 from torch.testing import assert_close
 
 from marl_ppo import RewardTable, RewardTableError, own, read_group_specs, signal, team
-from marl_ppo.reward_table import GroupRow
+from marl_ppo.groups.reward_table import GroupRow
 
 B, T = 2, 3
 N_AGENTS = {"red": 2, "green": 2, "blue": 1}

@@ -1,4 +1,4 @@
-"""Tests for :mod:`marl_ppo.router` and :mod:`marl_ppo.aggregate`: one PPO loss per group, one step.
+"""Tests for :mod:`marl_ppo.core.router` and :mod:`marl_ppo.core.aggregate`: one PPO loss per group, one step.
 
 Covered:
 
@@ -31,10 +31,10 @@ from torch.testing import assert_close
 from torchrl.data import Bounded
 
 from marl_ppo import RewardTable, read_group_specs, own, team
-from marl_ppo.aggregate import AggregatedStep, total_loss, unique_parameters
+from marl_ppo.core.aggregate import AggregatedStep, total_loss, unique_parameters
 from marl_ppo.groups import GroupKeys, GroupSpec
 from marl_ppo.models import build_actor, build_critic
-from marl_ppo.router import GroupRouter
+from marl_ppo.core.router import GroupRouter
 
 GAMMA, LMBDA = 0.9, 0.8
 B, T = 2, 5

@@ -15,8 +15,8 @@ import torch
 
 from marl_ppo.config import Config, load_config
 from marl_ppo.envs import vmas_scenarios
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer
 
 SCENARIOS = vmas_scenarios()
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from marl_ppo.config import Config, EnvConfig, LossConfig, TrainConfig, to_yaml
-from marl_ppo.run_logging import read_scalars
+from marl_ppo.run.logger import read_scalars
 from marl_ppo.suite import (
     Suite,
     SuiteError,

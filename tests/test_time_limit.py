@@ -27,7 +27,7 @@ from torch.testing import assert_close
 from marl_ppo import RewardTable, read_group_specs
 from marl_ppo.config import ConfigError, EnvConfig, load_config
 from marl_ppo.envs import make_env
-from marl_ppo.router import GroupRouter
+from marl_ppo.core.router import GroupRouter
 
 MAX_STEPS = 4
 GAMMA = 0.9
@@ -202,7 +202,7 @@ def test_gae_bootstraps_at_a_truncated_step_only(make_cfg, time_limit):
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "torchrl"])
 def test_collector_restart_restarts_the_step_count(lean):
-    from marl_ppo.collectors import make_collector
+    from marl_ppo.collect.collectors import make_collector
 
     cfg = load_config(overrides=["env.num_envs=2", f"env.max_steps={MAX_STEPS}", "env.kwargs.n_agents=2",
                                  "train.frames_per_batch=6", "train.minibatch_size=6"])
@@ -246,7 +246,7 @@ def test_custom_factory_keeps_its_flags_or_folds_truncation(time_limit):
 
 
 def toy_factory(num_envs: int, max_steps: int, seed: int):
-    from marl_ppo.toy_env import HybridTargetEnv
+    from marl_ppo.envs.toy import HybridTargetEnv
 
     return HybridTargetEnv(num_envs=num_envs, max_steps=max_steps, seed=seed)
 

@@ -1,4 +1,4 @@
-"""Tests for :mod:`marl_ppo.trainer`: learning, determinism, checkpoints and resume, failures, run dirs.
+"""Tests for :mod:`marl_ppo.run.trainer`: learning, determinism, checkpoints and resume, failures, run dirs.
 
 Covered:
 
@@ -26,12 +26,12 @@ import pytest
 from torchrl.envs import ParallelEnv
 import torch
 
-import marl_ppo.trainer as trainer_mod
+import marl_ppo.run.trainer as trainer_mod
 from marl_ppo import RewardTableError
 from marl_ppo.config import Config, ConfigError, from_yaml, load_config
-from marl_ppo.router import GroupRouter
-from marl_ppo.run_logging import read_scalars
-from marl_ppo.trainer import Trainer, TrainingError
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.run.logger import read_scalars
+from marl_ppo.run.trainer import Trainer, TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 

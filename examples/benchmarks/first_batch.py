@@ -26,7 +26,7 @@ CHILD = r"""
 import os, sys, time
 spawned, threads, run_dir = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 from marl_ppo.config import load_config
-from marl_ppo.trainer import Trainer
+from marl_ppo.run.trainer import Trainer
 marks = {"imports": time.time() - spawned}
 
 class FirstBatch:

@@ -11,7 +11,7 @@ The default ``--algorithm ippo`` gives both layouts the same network work per sa
 value from its own observation), so the ratio 8x1 / 1x8 is what one loss per group costs:
 8 actor and 8 critic calls per minibatch, and 8 times the parameters in the one Adam step and
 gradient clip (groups share no weights). The 8 groups have identical specs, so the router bundles
-them into one torchrl loss call (``marl_ppo.bundles``); the third layout, ``8x1-calls``, turns that
+them into one torchrl loss call (``marl_ppo.core.bundles``); the third layout, ``8x1-calls``, turns that
 off (``bundle_groups=False``) and pays each group's own loss call. ``--algorithm mappo`` instead
 gives the 1x8 group one centralised critic over all 8 observations.
 
@@ -33,10 +33,10 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded
 
-from marl_ppo.aggregate import AggregatedStep
+from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.groups import GroupSpec
-from marl_ppo.router import GroupRouter
-from marl_ppo.trainer import ppo_update
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.update import ppo_update
 
 OBS_DIM, ACT_DIM, N_AGENTS = 18, 2, 8
 FULL = dict(repeats=3, envs=60, steps=100, epochs=5, minibatch=400)

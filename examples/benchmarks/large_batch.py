@@ -35,9 +35,10 @@ import time
 
 import torch
 
-from marl_ppo.collectors import make_collector
+from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import Config, load_config
-from marl_ppo.trainer import Parts, build, ppo_update
+from marl_ppo.run.build import Parts, build
+from marl_ppo.core.update import ppo_update
 from throughput import GROUP, Floor, batch_tensors
 from vs_benchmarl import navigation_overrides
 

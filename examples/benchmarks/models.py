@@ -259,7 +259,7 @@ def child_env(threads: int) -> dict[str, str]:
 
 def _final_returns(run_dir: Path) -> tuple[int, float, float]:
     """frames, final training return and evaluation return (means over the groups) of a finished run."""
-    from marl_ppo.run_logging import read_scalars
+    from marl_ppo.run.logger import read_scalars
 
     summary = json.loads((run_dir / "summary.json").read_text())
     scalars = read_scalars(run_dir)

@@ -41,9 +41,9 @@ def launcher_overhead(launcher: str, seeds: tuple[int, ...], slots: int, out: Pa
 
 
 def collection_fps(backend: str, num_envs: int, batches: int, threads: int) -> float:
-    from marl_ppo.collectors import make_collector
+    from marl_ppo.collect.collectors import make_collector
     from marl_ppo.config import load_config
-    from marl_ppo.trainer import build
+    from marl_ppo.run.build import build
 
     n = 1 if backend == "direct" else 2
     cfg = load_config(overrides=[f"env.num_envs={num_envs}", f"train.frames_per_batch={num_envs * 100}",

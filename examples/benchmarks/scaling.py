@@ -23,9 +23,10 @@ import time
 import torch
 from torchrl.collectors import Collector
 
-from marl_ppo.collectors import make_collector
+from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import load_config
-from marl_ppo.trainer import build, ppo_update
+from marl_ppo.run.build import build
+from marl_ppo.core.update import ppo_update
 
 
 def parse_args() -> argparse.Namespace:

@@ -11,7 +11,7 @@ Two settings (``--config``):
 Each repeat, for --iterations-per-repeat iterations, ours and the floor run side by side:
 
 * collection. Ours: the run's collector (``make_collector``, as ``Trainer.fit`` uses it; on VMAS
-  the lean collector of ``marl_ppo.lean_vmas``). Floor: ``vmas.make_env`` stepped directly (no
+  the lean collector of ``marl_ppo.collect.lean_vmas``). Floor: ``vmas.make_env`` stepped directly (no
   torchrl wrapper, no collector, no TensorDict) with the same policy network as plain torch modules
   (obs -> 256 -> 256 -> loc, scale; TanhNormal sample and log-prob by hand), keeping the frames an
   update needs (observation, next observation, action, log-prob, reward, done), the same number of
@@ -56,10 +56,11 @@ from torch import nn
 from torch.nn import functional as F
 from torchrl.collectors import Collector
 
-from marl_ppo.collectors import make_collector
+from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import load_config
 from marl_ppo.envs import make_env
-from marl_ppo.trainer import build, ppo_update
+from marl_ppo.run.build import build
+from marl_ppo.core.update import ppo_update
 
 GROUP = "agents"
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,8 +27,9 @@ import time
 
 import torch
 
-from marl_ppo.collectors import make_collector
-from marl_ppo.trainer import build, ppo_update
+from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build
+from marl_ppo.core.update import ppo_update
 from throughput import FULL, GROUP, QUICK, Floor, batch_tensors, benchmarl_config
 
 VARIANTS = {  # name -> (entropy_bonus, log_explained_variance) of every loss

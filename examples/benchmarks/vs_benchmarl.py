@@ -5,7 +5,7 @@ Each repeat runs two child processes, one after the other, alternating which goe
 * BenchMARL 1.5.2 in its own venv, through ``shared/tools/benchmarl_baseline.sh`` (BenchMARL pins
   a torchrl that cannot live beside ours); its last line is
   ``benchmarl task=.. frames=.. wall_s=.. frames_per_s=.. final_mean_return=..``;
-* ours: a ``python -c`` launcher that builds a :class:`~marl_ppo.trainer.Trainer` with the same
+* ours: a ``python -c`` launcher that builds a :class:`~marl_ppo.run.trainer.Trainer` with the same
   settings and times ``fit()`` the way ``benchmarl_baseline.py`` times ``exp.run()``; it prints
   the same kind of last line, ``ours task=.. frames=.. wall_s=.. ..``.
 
@@ -18,7 +18,7 @@ each child we report:
 * steady state: the median time of the iterations after the first, from the run's logs
   (BenchMARL's CSV ``timers_collection_time`` / ``timers_training_time`` /
   ``timers_iteration_time``; ours ``time/collect_s`` + ``time/update_s`` via
-  ``marl_ppo.run_logging.read_scalars``); with a single iteration, that one;
+  ``marl_ppo.run.logger.read_scalars``); with a single iteration, that one;
 * the peak RSS of the child (GNU ``/usr/bin/time -v``, else polling ``VmHWM`` in
   ``/proc/<pid>/status``).
 
@@ -259,8 +259,8 @@ import torch
 if threads:
     torch.set_num_threads(threads)
 from marl_ppo.config import load_config
-from marl_ppo.trainer import Trainer
-from marl_ppo.run_logging import read_scalars
+from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.logger import read_scalars
 cfg = load_config(overrides=overrides)
 trainer = Trainer(cfg, run_dir=run_dir)
 t = time.perf_counter()
@@ -284,7 +284,7 @@ def run_ours(args, seed: int, workdir: Path) -> dict:
     line = _last_line(res["stdout"], "ours")
     if res["rc"] != 0 or not line:
         raise RuntimeError(f"our run failed (rc {res['rc']}):\n{res['stderr'][-3000:]}\n{res['stdout'][-1000:]}")
-    from marl_ppo.run_logging import read_scalars
+    from marl_ppo.run.logger import read_scalars
 
     scalars = read_scalars(run_dir)
     collect = [v for _, v in scalars["time/collect_s"]]

@@ -9,10 +9,10 @@ A factory is any callable returning a torchrl multi-agent env (an ``EnvBase`` wi
 ...     ...
 >>> factory_arguments(make, {"n_agents": 2}, num_envs=4, device="cpu", seed=0, max_steps=10)
 {'n_agents': 2, 'num_envs': 4, 'seed': 0}
->>> load_factory("marl_ppo.toy_env:no_such_thing")
+>>> load_factory("marl_ppo.envs.toy:no_such_thing")
 Traceback (most recent call last):
 ...
-marl_ppo.config.ConfigError: env.factory 'marl_ppo.toy_env:no_such_thing': module marl_ppo.toy_env has no attribute 'no_such_thing'...
+marl_ppo.config.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': module marl_ppo.envs.toy has no attribute 'no_such_thing'...
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import torch
 from torchrl.envs import EnvBase
 
 from marl_ppo.config import ConfigError, EnvConfig
-from marl_ppo.groups import GroupSpecError, read_group_specs
+from marl_ppo.groups.specs import GroupSpecError, read_group_specs
 
 if TYPE_CHECKING:
     from marl_ppo.config import Config

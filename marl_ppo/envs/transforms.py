@@ -18,7 +18,7 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, RewardSum, Transform, TransformedEnv
 
-from marl_ppo.groups import GroupSpecError, group_map
+from marl_ppo.groups.specs import GroupSpecError, group_map
 
 __all__ = ["FlatObservation", "with_episode_returns", "needs_flattening"]
 

@@ -1,7 +1,7 @@
 """Decentralised policies: one network over each agent's observation, heads from the action spec.
 
 >>> from torchrl.envs.libs.vmas import VmasEnv
->>> from marl_ppo.groups import read_group_specs
+>>> from marl_ppo.groups.specs import read_group_specs
 >>> env = VmasEnv("navigation", num_envs=2, n_agents=2, continuous_actions=True, seed=0)
 >>> group = read_group_specs(env)["agents"]
 >>> td = build_actor(group)(env.reset())
@@ -18,7 +18,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import ProbabilisticActor
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.mlp import agent_mlp
 from marl_ppo.models.modules import TensorOutModule, stamp_network

@@ -2,7 +2,7 @@
 critic over every group (torchrl's ``CrossGroupCritic``), optionally on normalised values.
 
 >>> from torchrl.envs.libs.vmas import VmasEnv
->>> from marl_ppo.groups import read_group_specs
+>>> from marl_ppo.groups.specs import read_group_specs
 >>> env = VmasEnv("navigation", num_envs=2, n_agents=2, continuous_actions=True, seed=0)
 >>> group = read_group_specs(env)["agents"]
 >>> build_critic(group, centralized=True)(env.reset())["agents", "state_value"].shape
@@ -12,7 +12,7 @@ Value normalisation (MAPPO, Yu et al. 2022): the network learns normalised targe
 ``(G - mean) / std``; :class:`NormalizedValueNet` writes its values de-normalised, so GAE, the
 logged values and everything else see values in reward units. The router updates each group's
 statistics once per collected batch (:func:`update_value_norm`) and the loss compares normalised
-targets and predictions (:mod:`marl_ppo.losses`).
+targets and predictions (:mod:`marl_ppo.core.losses`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from torch import nn
 from torchrl.modules import MultiAgentMLP, PopArtValueNorm, RunningValueNorm, ValueNorm
 from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import TensorOutModule, stamp_network
 from marl_ppo.models.recurrent import recurrent_trunk

@@ -57,7 +57,7 @@ from torchrl.modules.distributions.continuous import (
 )
 from torchrl.modules.distributions.utils import safeatanh_noeps
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 
 __all__ = ["StableTanhNormal", "MultiCategorical", "Head", "action_heads"]
 

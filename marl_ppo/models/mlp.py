@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torchrl.modules import MultiAgentMLP
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.activations import Tanh
 
 __all__ = ["ACTIVATIONS", "SharedAgentMLP", "agent_mlp", "observation_dim"]

@@ -28,7 +28,7 @@ from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer
 from torchrl.modules import GRUModule, LSTMModule
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, agent_mlp
 from marl_ppo.models.modules import TensorOutModule
 

@@ -49,7 +49,7 @@ def run_to_marl_eval(run_dir: str | Path) -> dict[str, Any]:
     scalar (the trainer logs them every ``log.eval_every`` iterations and once at the end; where two
     evaluations share a frame count the last one is kept, as :func:`read_scalars` does).
     """
-    from marl_ppo.run_logging import read_scalars
+    from marl_ppo.run.logger import read_scalars
 
     run_dir = Path(run_dir)
     prefix, suffix = "eval/", "/episode_reward"

@@ -119,7 +119,7 @@ def _execute(job: Job) -> RunResult:
     try:
         _set_threads(job.threads)
         from marl_ppo.config import from_yaml
-        from marl_ppo.trainer import Trainer
+        from marl_ppo.run.trainer import Trainer
 
         cfg = from_yaml(job.config_yaml)
         trainer = Trainer(cfg, run_dir=run_dir)

@@ -66,7 +66,7 @@ class AggregatedStep:
     """One backward over the aggregated loss, one gradient clip, one optimizer step.
 
     Args:
-        modules: the modules to train (typically the :class:`~marl_ppo.router.GroupRouter`);
+        modules: the modules to train (typically the :class:`~marl_ppo.core.router.GroupRouter`);
             their parameters are de-duplicated.
         lr: Adam's learning rate (ignored when ``optimizer`` is given).
         max_grad_norm: global gradient-norm clip over all parameters; ``None`` disables it.

@@ -10,7 +10,7 @@ returns ``{group: loss_td}`` with scalar diagnostics.
 >>> import torch
 >>> from torchrl.envs.libs.vmas import VmasEnv
 >>> from marl_ppo import RewardTable, read_group_specs
->>> from marl_ppo.aggregate import AggregatedStep
+>>> from marl_ppo.core.aggregate import AggregatedStep
 >>> torch.manual_seed(0) and None
 >>> env = VmasEnv("simple_tag", num_envs=4, continuous_actions=True, seed=0, max_steps=8)
 >>> groups = read_group_specs(env)
@@ -39,10 +39,10 @@ from torch import nn
 from torchrl.objectives import ValueEstimators
 from torchrl.objectives.value import MultiAgentGAE
 
-from marl_ppo.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
+from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.config import ModelConfig
-from marl_ppo.groups import GroupSpec
-from marl_ppo.losses import LOSSES as _LOSSES
+from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.core.losses import LOSSES as _LOSSES
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
 from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, update_value_norm, value_norms
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
@@ -73,7 +73,7 @@ class GroupRouter(nn.Module):
             forwarded to every group's loss.
         gamma, lmbda: ``MultiAgentGAE`` parameters.
         bundle_groups: run groups with identical specs through one loss call (see
-            :mod:`marl_ppo.bundles`): the same losses, diagnostics and gradients, without each
+            :mod:`marl_ppo.core.bundles`): the same losses, diagnostics and gradients, without each
             group's fixed per-call cost. Groups whose actor or critic was not built by
             :func:`~marl_ppo.models.build_actor` / :func:`~marl_ppo.models.build_critic`, and
             every group when ``clip_value`` is set, keep their own call.
@@ -187,7 +187,7 @@ class GroupRouter(nn.Module):
         return loss
 
     def _make_bundle(self, name: str, members: list[str], actors, critics, head_coeffs) -> GroupBundle:
-        """One loss call for ``members`` (groups with equal signatures, see :mod:`marl_ppo.bundles`)."""
+        """One loss call for ``members`` (groups with equal signatures, see :mod:`marl_ppo.core.bundles`)."""
         specs = [self.groups[g] for g in members]
         spec = bundle_spec(name, specs)
         n = specs[0].n_agents
@@ -255,7 +255,7 @@ class GroupRouter(nn.Module):
         """Writes each group's advantage and value target, ``[*B, T, n_agents, 1]``, into ``td``.
 
         ``td`` is a rollout with its time dim last in the batch and the routed training
-        reward/done present (see :class:`~marl_ppo.reward_table.BoundRewardTable`). With value
+        reward/done present (see :class:`~marl_ppo.groups.reward_table.BoundRewardTable`). With value
         normalisation, each group's statistics then take in the batch's value targets (once per
         batch: the epochs of the update see fixed statistics).
         """

@@ -3,7 +3,7 @@
 ``train.collector.backend`` picks the collector:
 
 * ``direct``: one :class:`torchrl.collectors.Collector` stepping the run's env in this process, or,
-  for a plain VMAS env and policy, :class:`~marl_ppo.lean_vmas.LeanVmasCollector`, which yields
+  for a plain VMAS env and policy, :class:`~marl_ppo.collect.lean_vmas.LeanVmasCollector`, which yields
   the same batches without torchrl's per-step overhead (about 1.4x faster collection);
 * ``process``: ``Collector(..., backend="process")`` (a :class:`~torchrl.collectors.MultiSyncCollector`):
   ``num_collectors`` worker processes, each with its own env of ``env.num_envs / num_collectors``
@@ -20,7 +20,7 @@ Policy weights go to the workers once before the first batch and after every upd
 (:meth:`FlatCollector.update_policy_weights_`).
 
 >>> from marl_ppo.config import load_config
->>> from marl_ppo.trainer import build
+>>> from marl_ppo.run.build import build
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40", "train.minibatch_size=40",
 ...     "train.total_frames=80", "model.hidden=[16]"])
 >>> parts = build(cfg)
@@ -39,7 +39,7 @@ from torchrl.collectors import BaseCollector, Collector
 from torchrl.envs import EnvBase
 
 from marl_ppo.config import Config, EnvConfig
-from marl_ppo.lean_vmas import LeanVmasCollector, lean_vmas_collector
+from marl_ppo.collect.lean_vmas import LeanVmasCollector, lean_vmas_collector
 
 __all__ = ["FlatCollector", "make_collector", "worker_env_fns", "WORKER_SEED_STRIDE"]
 
@@ -108,7 +108,7 @@ def make_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int,
 
     ``total_frames`` must be finite for ``ray`` (torchrl's ``RayCollector`` yields nothing with -1).
     With ``lean`` (the default), ``direct`` on an env and policy that
-    :func:`~marl_ppo.lean_vmas.lean_vmas_collector` takes gets that collector: the same batches
+    :func:`~marl_ppo.collect.lean_vmas.lean_vmas_collector` takes gets that collector: the same batches
     (keys, shapes, values, episode ends, restarts) as torchrl's ``Collector``, faster.
     """
     ccfg = cfg.train.collector

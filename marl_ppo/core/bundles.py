@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch import nn
 
-from marl_ppo.groups import GroupKeys, GroupSpec
+from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import value_norms
 from marl_ppo.models.modules import group_network
 

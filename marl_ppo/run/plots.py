@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from marl_ppo.run_logging import read_scalars  # noqa: E402
+from marl_ppo.run.logger import read_scalars  # noqa: E402
 
 __all__ = ["plot_runs", "DIAGNOSTICS"]
 

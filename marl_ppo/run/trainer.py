@@ -1,7 +1,7 @@
 """The trainer: collect, route rewards, advantages per group, PPO epochs with one aggregated step.
 
-Reads top to bottom: :func:`build` wires the parts from a :class:`~marl_ppo.config.Config`;
-:class:`Trainer` runs the loop, logs, evaluates and checkpoints; :func:`~marl_ppo.update.ppo_update` is the update.
+Reads top to bottom: :func:`~marl_ppo.run.build.build` wires the parts from a :class:`~marl_ppo.config.Config`;
+:class:`Trainer` runs the loop, logs, evaluates and checkpoints; :func:`~marl_ppo.core.update.ppo_update` is the update.
 
 >>> from marl_ppo.config import load_config
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
@@ -16,111 +16,36 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torchrl.envs import EnvBase
 
-from marl_ppo.aggregate import AggregatedStep
-from marl_ppo.callbacks import Callbacks
-from marl_ppo.checkpoints import (
+from marl_ppo.collect.collectors import FlatCollector, make_collector
+from marl_ppo.config import Config, to_container, to_yaml
+from marl_ppo.core.update import StopRequested, TrainingError, ppo_update
+from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
+from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.run.build import build
+from marl_ppo.run.callbacks import Callbacks
+from marl_ppo.run.checkpoints import (
     choose_checkpoint,
-    load_checkpoint,
     preserved_rng,
     rng_state,
     set_rng_state,
     write_checkpoint,
 )
-from marl_ppo.collectors import FlatCollector, make_collector
-from marl_ppo.config import Config, to_container, to_yaml
-from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
-from marl_ppo.evaluation import evaluate
-from marl_ppo.groups import GroupSpec, read_group_specs
-from marl_ppo.models.critic import check_every_group_acts
-from marl_ppo.models.recurrent import prime_env, state_spec
-from marl_ppo.reward_table import BoundRewardTable, RewardTable
-from marl_ppo.router import GroupRouter
-from marl_ppo.run_logging import RunLogger
-from marl_ppo.signals import RunInterrupted, StopSignals
-from marl_ppo.update import StopRequested, TrainingError, ppo_update
-from marl_ppo.video import FrameRecorder
+from marl_ppo.run.evaluation import evaluate
+from marl_ppo.run.logger import RunLogger
+from marl_ppo.run.signals import RunInterrupted, StopSignals
+from marl_ppo.run.video import FrameRecorder
 
-__all__ = ["Parts", "build", "ppo_update", "episode_returns", "Trainer", "TrainingError", "RunInterrupted",
-           "load_policy"]
+__all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted"]
 
 CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
-
-
-@dataclass
-class Parts:
-    """Everything a run needs, built and wired; nothing computed yet."""
-
-    env: EnvBase
-    groups: dict[str, GroupSpec]
-    reward_table: BoundRewardTable
-    router: GroupRouter
-    step: AggregatedStep
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
-    """Env, group specs, validated reward table, router and optimizer step from a config.
-
-    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
-    """
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    seed_everything(cfg.train.seed)
-    env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
-    groups = read_group_specs(env)
-    table = (
-        RewardTable.from_dict(cfg.reward_table)
-        if cfg.reward_table is not None
-        else RewardTable.own_rewards(list(groups))
-    )
-    bound = table.bind(groups, env)  # validated before any training
-    if cfg.model.critic == "global" and any(s.keys.mask is not None for s in groups.values()):
-        check_every_group_acts(env.reset(), groups)
-    router = GroupRouter.from_specs(
-        groups,
-        algorithm=cfg.loss.algorithm,
-        model=cfg.model,
-        value_norm=cfg.loss.value_norm,
-        popart_beta=cfg.loss.popart_beta,
-        device=cfg.train.device,
-        clip_epsilon=cfg.loss.clip_epsilon,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        head_entropy_coeff=cfg.loss.head_entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-        loss_critic_type=cfg.loss.loss_critic_type,
-        normalize_advantage=cfg.loss.normalize_advantage,
-        gamma=cfg.loss.gamma,
-        lmbda=cfg.loss.lmbda,
-        bundle_groups=cfg.loss.bundle_groups,
-    )
-    prime_env(env, state_spec(router.policy))  # recurrent models: is_init and their stored states
-    if cfg.train.compile:
-        # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
-        # collection is not compiled, only the update's loss computation
-        router.compile(dynamic=False)
-    unknown = set(cfg.loss.group_weights) - set(groups)
-    if unknown:
-        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(groups)}")
-    step = AggregatedStep(router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm,
-                          weights=cfg.loss.group_weights)
-    return Parts(env, groups, bound, router, step)
 
 
 def episode_returns(batch: TensorDictBase, groups: list[str]) -> dict[str, float]:
@@ -149,7 +74,7 @@ class Trainer:
 
     ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
     ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
-    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.callbacks`).
+    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.run.callbacks`).
     """
 
     def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
@@ -259,7 +184,7 @@ class Trainer:
             final = self._evaluate()
             self.logger.log(final, self.frames)
         if self.cfg.log.plot:
-            from marl_ppo.plots import plot_runs
+            from marl_ppo.run.plots import plot_runs
 
             for path in plot_runs([self.run_dir], self.run_dir / "plots"):
                 self.logger.log_file(f"plots/{path.stem}", path, self.frames)
@@ -423,7 +348,7 @@ class Trainer:
         self._last_returns = dict(state.get("last_returns", {}))
 
     def _resume(self) -> None:
-        """Loads the newest usable checkpoint (see :func:`~marl_ppo.checkpoints.choose_checkpoint`)."""
+        """Loads the newest usable checkpoint (see :func:`~marl_ppo.run.checkpoints.choose_checkpoint`)."""
         if not (self.run_dir / "config.yaml").exists() and not self.ckpt_dir.exists():
             raise FileNotFoundError(f"cannot resume: {self.run_dir} holds no run (no config.yaml, no checkpoint)")
         choice = choose_checkpoint(self.ckpt_dir, self._mismatch)
@@ -502,25 +427,3 @@ def _run_dir(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
-                env_fn: EnvFactory | None = None):
-    """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
-
-    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
-    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
-    """
-    from dataclasses import replace
-
-    from marl_ppo.config import from_yaml
-
-    run_dir = Path(run_dir)
-    cfg = from_yaml((run_dir / "config.yaml").read_text())
-    if device is not None:
-        cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
-    cfg.check_devices()
-    state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
-    parts = build(cfg, env_fn=env_fn)
-    parts.router.load_state_dict(state["router"])
-    return cfg, parts

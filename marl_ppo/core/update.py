@@ -12,8 +12,8 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.modules import set_recurrent_mode
 
-from marl_ppo.aggregate import AggregatedStep
-from marl_ppo.router import GroupRouter
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.router import GroupRouter
 
 __all__ = ["ppo_update", "TrainingError", "StopRequested"]
 
@@ -23,7 +23,7 @@ class TrainingError(RuntimeError):
 
 
 class StopRequested(Exception):
-    """Raised inside the update when a stop signal has arrived (caught by :meth:`~marl_ppo.trainer.Trainer.fit`)."""
+    """Raised inside the update when a stop signal has arrived (caught by :meth:`~marl_ppo.run.trainer.Trainer.fit`)."""
 
 
 def _update_keys(router: GroupRouter) -> list:

@@ -46,7 +46,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from marl_ppo.groups import GroupSpec
+from marl_ppo.groups.specs import GroupSpec
 
 __all__ = [
     "RewardTableError",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from marl_ppo import log_media
+from marl_ppo.run import media as log_media
 
 if TYPE_CHECKING:
     from marl_ppo.config import LogConfig, MlflowConfig, WandbConfig
@@ -91,7 +91,7 @@ class RunLogger:
             raise OSError(err.errno, f"cannot write the run's logs under {self.run_dir / 'logs'}: {err.strerror}") from err
 
     def log_file(self, name: str, path: Path, step: int) -> None:
-        """An evaluation GIF or a plot PNG to every logger that shows media (see :mod:`marl_ppo.log_media`)."""
+        """An evaluation GIF or a plot PNG to every logger that shows media (see :mod:`marl_ppo.run.media`)."""
         for logger in self.loggers:
             log_media.log_file(logger, name, path, step)
 

@@ -12,7 +12,7 @@ plain tensors, samples as torchrl's distribution does (for a TanhNormal with the
 keeps each step's tensors in lists and stacks each key once per batch: about the floor's speed.
 
 It takes only the case it can reproduce exactly (:func:`lean_vmas_collector` returns ``None``
-otherwise, and :func:`~marl_ppo.collectors.make_collector` uses torchrl's ``Collector``):
+otherwise, and :func:`~marl_ppo.collect.collectors.make_collector` uses torchrl's ``Collector``):
 a ``VmasEnv`` on the CPU with homogeneous groups and tensor observations, wrapped only in the ``RewardSum``
 that :func:`~marl_ppo.envs.make_env` adds (after the ``StepCounter`` of ``env.time_limit=truncate``,
 whose count, ``truncated`` and ``done`` it reproduces), and a policy whose actors are each a network
@@ -22,7 +22,7 @@ every key, shape, dtype and value match: ``tests/test_collectors.py`` compares b
 torchrl's ``Collector`` over episode ends, partial resets and :meth:`LeanVmasCollector.restart`.
 
 >>> from marl_ppo.config import load_config
->>> from marl_ppo.trainer import build
+>>> from marl_ppo.run.build import build
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "model.hidden=[16]"])
 >>> parts = build(cfg)
 >>> collector = lean_vmas_collector(parts.env, parts.router.policy, frames_per_batch=40, total_frames=80)
@@ -168,7 +168,7 @@ def lean_vmas_collector(env: EnvBase, policy: Any, *, frames_per_batch: int, tot
 class LeanVmasCollector:
     """Collects ``[num_envs, T]`` batches from a VMAS env, exactly as torchrl's ``Collector`` would.
 
-    Build it with :func:`lean_vmas_collector`. The interface is :class:`~marl_ppo.collectors.FlatCollector`'s.
+    Build it with :func:`lean_vmas_collector`. The interface is :class:`~marl_ppo.collect.collectors.FlatCollector`'s.
     """
 
     def __init__(self, env: TransformedEnv, base, actors: list[_Actor], policy: Any, *,

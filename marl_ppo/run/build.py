@@ -1,0 +1,121 @@
+"""The one place that turns a :class:`~marl_ppo.config.Config` into built parts, and back from a run.
+
+:func:`build` wires the env, the group specs, the bound reward table, the router and the aggregated
+step from a config (nothing is computed yet); :func:`load_policy` rebuilds a finished run's parts
+from its ``config.yaml`` and a checkpoint. Below this module nothing reads the config: the layers
+under it take the plain arguments :func:`build` reads out of it.
+
+>>> from marl_ppo.config import load_config
+>>> parts = build(load_config(overrides=["env.num_envs=2", "env.kwargs.n_agents=2", "model.hidden=[8]"]))
+>>> list(parts.groups), type(parts.router).__name__
+(['agents'], 'GroupRouter')
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchrl.envs import EnvBase
+
+from marl_ppo.config import Config
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.envs import EnvFactory, make_env
+from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
+from marl_ppo.groups.specs import GroupSpec, read_group_specs
+from marl_ppo.models.critic import check_every_group_acts
+from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.run.checkpoints import load_checkpoint
+
+__all__ = ["Parts", "build", "load_policy", "seed_everything"]
+
+
+@dataclass
+class Parts:
+    """Everything a run needs, built and wired; nothing computed yet."""
+
+    env: EnvBase
+    groups: dict[str, GroupSpec]
+    reward_table: BoundRewardTable
+    router: GroupRouter
+    step: AggregatedStep
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
+    """Env, group specs, validated reward table, router and optimizer step from a config.
+
+    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
+    """
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    seed_everything(cfg.train.seed)
+    env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
+    groups = read_group_specs(env)
+    table = (
+        RewardTable.from_dict(cfg.reward_table)
+        if cfg.reward_table is not None
+        else RewardTable.own_rewards(list(groups))
+    )
+    bound = table.bind(groups, env)  # validated before any training
+    if cfg.model.critic == "global" and any(s.keys.mask is not None for s in groups.values()):
+        check_every_group_acts(env.reset(), groups)
+    router = GroupRouter.from_specs(
+        groups,
+        algorithm=cfg.loss.algorithm,
+        model=cfg.model,
+        value_norm=cfg.loss.value_norm,
+        popart_beta=cfg.loss.popart_beta,
+        device=cfg.train.device,
+        clip_epsilon=cfg.loss.clip_epsilon,
+        entropy_coeff=cfg.loss.entropy_coeff,
+        head_entropy_coeff=cfg.loss.head_entropy_coeff,
+        critic_coeff=cfg.loss.critic_coeff,
+        loss_critic_type=cfg.loss.loss_critic_type,
+        normalize_advantage=cfg.loss.normalize_advantage,
+        gamma=cfg.loss.gamma,
+        lmbda=cfg.loss.lmbda,
+        bundle_groups=cfg.loss.bundle_groups,
+    )
+    prime_env(env, state_spec(router.policy))  # recurrent models: is_init and their stored states
+    if cfg.train.compile:
+        # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
+        # collection is not compiled, only the update's loss computation
+        router.compile(dynamic=False)
+    unknown = set(cfg.loss.group_weights) - set(groups)
+    if unknown:
+        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(groups)}")
+    step = AggregatedStep(router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm,
+                          weights=cfg.loss.group_weights)
+    return Parts(env, groups, bound, router, step)
+
+
+
+def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
+                env_fn: EnvFactory | None = None):
+    """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
+
+    ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
+    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
+    """
+    from dataclasses import replace
+
+    from marl_ppo.config import from_yaml
+
+    run_dir = Path(run_dir)
+    cfg = from_yaml((run_dir / "config.yaml").read_text())
+    if device is not None:
+        cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
+    cfg.check_devices()
+    state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
+    parts = build(cfg, env_fn=env_fn)
+    parts.router.load_state_dict(state["router"])
+    return cfg, parts
