@@ -9,7 +9,7 @@ rejects unknown keys; we add the "did you mean" suggestion.
 >>> load_config(overrides=["train.lr_rate=1e-3"])
 Traceback (most recent call last):
 ...
-marl_ppo.config.ConfigError: unknown config key 'train.lr_rate'; did you mean 'train.lr'?
+marl_ppo.options.ConfigError: unknown config key 'train.lr_rate'; did you mean 'train.lr'?
 """
 from __future__ import annotations
 
@@ -21,208 +21,12 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from marl_ppo.envs.options import EnvConfig
+from marl_ppo.models.options import ModelConfig
+from marl_ppo.options import ConfigError, at_least, choice, device_option, positive, unit_interval
+
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "CollectorConfig", "TrainConfig", "WandbConfig", "MlflowConfig",
            "LogConfig", "Config", "load_config"]
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run: an unknown key, a bad value, a bad type."""
-
-
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}")
-
-
-def _at_least(name: str, value: float, low: float, what: str = "") -> None:
-    if not value >= low:  # also refuses NaN
-        raise ConfigError(f"{name} must be >= {low:g}{what}, got {value!r}")
-
-
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{name} must be > 0, got {value!r}")
-
-
-def _unit_interval(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{name} must be in [0, 1], got {value!r}")
-
-
-def _device(name: str, value: str) -> None:
-    """A device string torch can parse, present on this machine (imports torch only when asked)."""
-    import torch
-
-    try:
-        device = torch.device(value)
-    except (RuntimeError, TypeError) as err:
-        raise ConfigError(f"{name} must be a device such as 'cpu' or 'cuda', got {value!r} ({err})") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"{name}={value!r}, but this machine has no CUDA device; use {name}=cpu")
-        if device.index is not None and device.index >= count:
-            raise ConfigError(f"{name}={value!r}, but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
-    elif device.type not in ("cpu", "meta"):
-        available = getattr(torch.backends, device.type, None)
-        if available is None or not available.is_available():
-            raise ConfigError(f"{name}={value!r}: no {device.type} device on this machine; use {name}=cpu")
-
-
-@dataclass
-class EnvConfig:
-    """Which environment to train in.
-
-    Attributes:
-        kind: ``vmas``, ``pettingzoo`` (MPE tasks from ``mpe2``, classic games, or any PettingZoo env
-            by import path) or ``custom`` (your own env, from ``env.factory``).
-        scenario: VMAS scenario name (``navigation``), PettingZoo MPE task (``simple_spread_v3``),
-            classic game (``tictactoe_v3``) or the import path of a PettingZoo env module
-            (``pettingzoo.sisl.pursuit_v5``). Unused by ``custom``.
-        factory: ``custom`` only: the callable that returns the env, ``package.module:callable``
-            or ``path/to/file.py:callable``; it gets ``env.kwargs`` and those of ``num_envs``,
-            ``device``, ``seed`` and ``max_steps`` its signature names.
-        num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
-        parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
-            instead of one after another in this process (``SerialEnv``); same seeds, same data.
-        max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
-            games end on their own: there it is only the evaluation rollout's length).
-        time_limit: an episode cut at ``max_steps``: ``truncate`` marks it ``truncated``
-            (``terminated`` stays ``False``, GAE bootstraps from the critic's value of the last
-            observation); ``terminate`` marks it ``terminated`` (no bootstrap: VMAS's own
-            ``max_steps``, as before and as BenchMARL). The env's own endings are ``terminated``
-            under both; a custom factory keeps its flags, ``terminate`` folding its ``truncated``
-            into ``terminated``.
-        continuous_actions: continuous (box) or discrete actions.
-        multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
-        comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
-        device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
-        kwargs: scenario (or factory) keyword arguments (e.g. ``n_agents: 3``). They belong to the
-            scenario: a file or override that changes ``env.kind``, ``env.scenario`` or
-            ``env.factory`` without giving ``env.kwargs`` starts from none (the env's own defaults).
-    """
-
-    kind: str = "vmas"
-    scenario: str = "navigation"
-    factory: Optional[str] = None
-    num_envs: int = 60
-    parallel: bool = False
-    max_steps: int = 100
-    time_limit: str = "truncate"
-    continuous_actions: bool = True
-    multidiscrete_actions: bool = False
-    comm: bool = False
-    device: str = "cpu"
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
-
-    @property
-    def bounds_episodes(self) -> bool:
-        """Whether ``max_steps`` is the episodes' length cap (VMAS, PettingZoo MPE ``max_cycles``);
-        classic games end on their own and use it only as the evaluation rollout's length."""
-        return self.kind == "vmas" or (self.kind == "pettingzoo" and self.scenario.startswith("simple"))
-
-    def __post_init__(self) -> None:
-        _choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
-        if self.factory is not None and self.kind != "custom":
-            raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
-        _at_least("env.num_envs", self.num_envs, 1)
-        _at_least("env.max_steps", self.max_steps, 1)
-        _choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
-        if self.kind == "vmas":
-            if self.multidiscrete_actions and self.continuous_actions:
-                raise ConfigError(
-                    "env.multidiscrete_actions=true needs discrete actions, but env.continuous_actions=true; "
-                    "set env.continuous_actions=false or env.multidiscrete_actions=false"
-                )
-        else:
-            vmas_only = {"env.comm": self.comm, "env.multidiscrete_actions": self.multidiscrete_actions}
-            for name, value in vmas_only.items():
-                if value:
-                    raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
-            if self.kind == "pettingzoo" and self.device != "cpu":
-                raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")
-
-
-@dataclass
-class ModelConfig:
-    """Policy and critic networks (see ``docs/models.md``).
-
-    Attributes:
-        kind: ``mlp``, ``gru`` or ``lstm``. A recurrent policy runs an MLP over each agent's
-            observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
-            starts), then the action heads; the PPO update replays ``seq_len``-step chunks from
-            the hidden states stored at collection.
-        hidden: hidden layer sizes of every MLP (a recurrent model's MLP before its cell).
-        activation: ``tanh``, ``relu``, ``elu``, ``gelu`` or ``silu``.
-        share_params: one set of weights for all agents of a group (policy and critic).
-        rnn_hidden: hidden state size of the GRU/LSTM cell.
-        seq_len: steps per chunk in the update of a recurrent model (gradients flow through time
-            inside a chunk); must divide the steps each env takes per batch.
-        critic: ``group`` (each group's critic sees its own group: MAPPO's centralised or IPPO's
-            per-agent critic) or ``global`` (one critic, shared by the groups, sees the
-            observations of every group: torchrl's ``CrossGroupCritic``; MAPPO only).
-        critic_kind: the critics' kind if it differs from ``kind`` (e.g. a GRU policy with an MLP
-            critic); a ``global`` critic is an MLP.
-        groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
-            ``share_params`` and ``rnn_hidden``, e.g. ``{adversary: {kind: gru}}``.
-    """
-
-    kind: str = "mlp"
-    hidden: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "tanh"
-    share_params: bool = True
-    rnn_hidden: int = 128
-    seq_len: int = 10
-    critic: str = "group"
-    critic_kind: Optional[str] = None
-    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden")
-
-    def __post_init__(self) -> None:
-        _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
-        _choice("model.critic", self.critic, ("group", "global"))
-        _at_least("model.seq_len", self.seq_len, 1)
-        if self.critic == "global" and self.critic_kind not in (None, "mlp"):
-            raise ConfigError(f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
-                              "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group")
-        for group, override in self.groups.items():
-            if not isinstance(override, dict):
-                raise ConfigError(f"model.groups.{group} must be a mapping of overrides such as {{kind: gru}}, "
-                                  f"got {override!r}")
-            unknown = sorted(set(override) - set(self.OVERRIDABLE))
-            if unknown:
-                raise ConfigError(f"model.groups.{group}: unknown key(s) {unknown}; a group may override "
-                                  f"{list(self.OVERRIDABLE)}")
-            merged = {k: override.get(k, getattr(self, k)) for k in self.OVERRIDABLE}
-            _check_model_options(f"model.groups.{group}", merged["kind"], merged["critic_kind"],
-                                 list(merged["hidden"]), merged["activation"], merged["rnn_hidden"])
-
-    def for_group(self, group: str) -> "ModelConfig":
-        """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
-        import dataclasses
-
-        override = dict(self.groups.get(group, {}))
-        if "hidden" in override:
-            override["hidden"] = list(override["hidden"])
-        return dataclasses.replace(self, groups={}, **override)
-
-    @property
-    def group_critic_kind(self) -> str:
-        """The kind of a group critic (``critic_kind``, else ``kind``)."""
-        return self.critic_kind or self.kind
-
-
-def _check_model_options(where: str, kind: str, critic_kind: str | None, hidden: list, activation: str,
-                         rnn_hidden: int) -> None:
-    _choice(f"{where}.kind", kind, ("mlp", "gru", "lstm"))
-    if critic_kind is not None:
-        _choice(f"{where}.critic_kind", critic_kind, ("mlp", "gru", "lstm"))
-    _choice(f"{where}.activation", activation, ("tanh", "relu", "elu", "gelu", "silu"))
-    if not hidden or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
-        raise ConfigError(f"{where}.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {hidden}")
-    if not isinstance(rnn_hidden, int) or rnn_hidden < 1:
-        raise ConfigError(f"{where}.rnn_hidden must be an integer >= 1, got {rnn_hidden!r}")
 
 
 @dataclass
@@ -271,22 +75,22 @@ class LossConfig:
     popart_beta: float = 0.95
 
     def __post_init__(self) -> None:
-        _choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
-        _choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
+        choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
+        choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
         if not 0.0 < self.popart_beta < 1.0:
             raise ConfigError(f"loss.popart_beta must be in (0, 1), got {self.popart_beta!r}")
-        _choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
-        _choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
-        _positive("loss.clip_epsilon", self.clip_epsilon)
-        _unit_interval("loss.gamma", self.gamma)
-        _unit_interval("loss.lmbda", self.lmbda)
-        _at_least("loss.critic_coeff", self.critic_coeff, 0)
-        _at_least("loss.entropy_coeff", self.entropy_coeff, 0)
-        _unit_interval("loss.entropy_final_scale", self.entropy_final_scale)
+        choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
+        choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
+        positive("loss.clip_epsilon", self.clip_epsilon)
+        unit_interval("loss.gamma", self.gamma)
+        unit_interval("loss.lmbda", self.lmbda)
+        at_least("loss.critic_coeff", self.critic_coeff, 0)
+        at_least("loss.entropy_coeff", self.entropy_coeff, 0)
+        unit_interval("loss.entropy_final_scale", self.entropy_final_scale)
         for head, coeff in self.head_entropy_coeff.items():
-            _at_least(f"loss.head_entropy_coeff.{head}", coeff, 0)
+            at_least(f"loss.head_entropy_coeff.{head}", coeff, 0)
         for group, weight in self.group_weights.items():
-            _at_least(f"loss.group_weights.{group}", weight, 0)
+            at_least(f"loss.group_weights.{group}", weight, 0)
 
 
 @dataclass
@@ -305,7 +109,7 @@ class CollectorConfig:
     num_collectors: int = 1
 
     def __post_init__(self) -> None:
-        _choice("train.collector.backend", self.backend, ("direct", "process", "ray"))
+        choice("train.collector.backend", self.backend, ("direct", "process", "ray"))
         if self.num_collectors < 1:
             raise ConfigError(f"train.collector.num_collectors must be >= 1, got {self.num_collectors}")
         if self.backend == "direct" and self.num_collectors != 1:
@@ -351,16 +155,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.num_threads < 0:
             raise ConfigError(f"train.num_threads must be >= 0 (0: torch's default), got {self.num_threads}")
-        _choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
+        choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
         for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size"):
-            _at_least(f"train.{name}", getattr(self, name), 1)
+            at_least(f"train.{name}", getattr(self, name), 1)
         if self.minibatch_size > self.frames_per_batch:
             raise ConfigError(
                 f"train.minibatch_size={self.minibatch_size} is larger than train.frames_per_batch="
                 f"{self.frames_per_batch}; it must be <= frames_per_batch"
             )
-        _positive("train.lr", self.lr)
-        _positive("train.max_grad_norm", self.max_grad_norm)
+        positive("train.lr", self.lr)
+        positive("train.max_grad_norm", self.max_grad_norm)
 
     @property
     def iterations(self) -> int:
@@ -387,7 +191,7 @@ class WandbConfig:
     mode: str = "online"
 
     def __post_init__(self) -> None:
-        _choice("log.wandb.mode", self.mode, ("online", "offline", "disabled"))
+        choice("log.wandb.mode", self.mode, ("online", "offline", "disabled"))
 
 
 @dataclass
@@ -438,10 +242,10 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         for lg in self.loggers:
-            _choice("log.loggers[]", lg, ("csv", "tensorboard", "wandb", "mlflow"))
-        _at_least("log.eval_every", self.eval_every, 0, " (0: only at the end)")
-        _at_least("log.checkpoint_every", self.checkpoint_every, 0, " (0: only at the end)")
-        _at_least("log.eval_episodes", self.eval_episodes, 1)
+            choice("log.loggers[]", lg, ("csv", "tensorboard", "wandb", "mlflow"))
+        at_least("log.eval_every", self.eval_every, 0, " (0: only at the end)")
+        at_least("log.checkpoint_every", self.checkpoint_every, 0, " (0: only at the end)")
+        at_least("log.eval_episodes", self.eval_episodes, 1)
 
 
 @dataclass
@@ -501,12 +305,10 @@ class Config:
 
     def _check_model(self) -> None:
         model, train = self.model, self.train
-        kinds = {model.kind, model.group_critic_kind} | {
-            k for g in model.groups for k in (model.for_group(g).kind, model.for_group(g).group_critic_kind)}
         if model.critic == "global" and self.loss.algorithm != "mappo":
             raise ConfigError(f"model.critic=global is MAPPO's critic; loss.algorithm is {self.loss.algorithm!r} "
                               "(use loss.algorithm=mappo or model.critic=group)")
-        if kinds == {"mlp"}:
+        if not model.recurrent:
             return
         if self.steps_per_batch % model.seq_len:
             raise ConfigError(
@@ -529,8 +331,8 @@ class Config:
 
     def check_devices(self) -> None:
         """Raises :class:`ConfigError` if ``train.device`` or ``env.device`` is not on this machine."""
-        _device("train.device", self.train.device)
-        _device("env.device", self.env.device)
+        device_option("train.device", self.train.device)
+        device_option("env.device", self.env.device)
 
     def run_name(self) -> str:
         env = self.env.scenario.rpartition(".")[2].rpartition("/")[2]  # an import path or registry id: its name

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.config import ConfigError, load_config
 from marl_ppo.run.trainer import Trainer
 from marl_ppo.run.build import build
@@ -47,7 +47,7 @@ def test_trains_two_iterations(backend, tmp_path):
 
 def _batches(cfg, n: int = 1, between=None):
     parts = build(cfg)
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=n * cfg.train.frames_per_batch)
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=n * cfg.train.frames_per_batch)
     out = []
     try:
         for batch in collector:
@@ -111,7 +111,7 @@ def _collect(cfg, *, lean: bool, batches: int, restart_at: tuple[int, ...] = (),
     """``batches`` batches from the direct collector (lean or torchrl's), restarting episodes from
     ``seed + i`` before batch ``i`` for each ``i`` in ``restart_at`` (as the trainer does at checkpoints)."""
     parts = build(cfg)
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=batches * cfg.train.frames_per_batch,
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=batches * cfg.train.frames_per_batch,
                                lean=lean)
     assert (type(collector).__name__ == "LeanVmasCollector") == lean
     out = []
@@ -176,7 +176,7 @@ def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch)
     cfg = _cfg("direct", "train.total_frames=160", "log.checkpoint_every=2")
     lean = Trainer(cfg, run_dir=tmp_path / "lean")
     lean.fit()
-    monkeypatch.setattr(trainer_module, "make_collector", functools.partial(make_collector, lean=False))
+    monkeypatch.setattr(trainer_module, "build_collector", functools.partial(build_collector, lean=False))
     plain = Trainer(cfg, run_dir=tmp_path / "torchrl")
     plain.fit()
     for k, v in plain.parts.router.state_dict().items():
@@ -203,3 +203,19 @@ def test_lean_vmas_collector_declines_what_it_cannot_reproduce():
     assert lean_vmas_collector(parts.env, parts.router.policy, frames_per_batch=42, total_frames=42) is None
     comm = build(_cfg("direct", "env.scenario=simple_reference", "env.kwargs={}", "env.comm=true"))
     assert lean_vmas_collector(comm.env, comm.router.policy, **kw) is None
+
+
+def test_the_run_records_which_collector_ran_and_why_the_lean_path_declined(tmp_path):
+    lean = Trainer(_cfg("direct"), run_dir=tmp_path / "lean")
+    summary = lean.fit()
+    assert summary["collector"] == "lean VMAS collector (direct, in this process)"
+    assert "collector: lean VMAS collector" in (tmp_path / "lean" / "run.log").read_text()
+    # a recurrent policy: the lean path cannot replay its hidden states, torchrl's collector runs instead
+    gru = Trainer(_cfg("direct", "model.kind=gru", "model.seq_len=5"), run_dir=tmp_path / "gru")
+    summary = gru.fit()
+    assert summary["collector"].startswith("torchrl Collector (direct, in this process); the lean VMAS collector "
+                                           "declined: "), summary["collector"]
+    assert "other transforms than the time limit and the episode returns" in summary["collector"]
+    assert "TensorDictPrimer" in summary["collector"]  # the recurrent states' entries
+    assert json.loads((tmp_path / "gru" / "summary.json").read_text())["collector"] == summary["collector"]
+    assert summary["collector"] in (tmp_path / "gru" / "run.log").read_text()

@@ -12,7 +12,7 @@ import torch
 from torch.testing import assert_close
 from torchrl.modules import set_recurrent_mode
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.config import ConfigError, load_config
 from marl_ppo.models.recurrent import state_keys as recurrent_state_keys
 from marl_ppo.run.build import build
@@ -33,7 +33,7 @@ def _collected(kind: str, *extra: str):
     """A real collected batch [6 envs, 40 steps] (episodes of 15 steps: resets inside chunks)."""
     cfg = _config(kind, *extra)
     parts = build(cfg)
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
     batch = next(iter(collector))
     collector.shutdown()
     batch = parts.reward_table(batch)
@@ -129,7 +129,7 @@ def test_first_minibatch_ratio_is_one_through_the_loss(case, kind):
     path, overrides = CASES[case]
     cfg = load(path, overrides=[f"model.kind={kind}", *SMALL, *overrides])
     parts = build(cfg)
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
     batch = parts.reward_table(next(iter(collector)))
     collector.shutdown()
     parts.router.compute_advantages(batch)
@@ -193,7 +193,7 @@ def test_recurrent_critic_values_are_the_collected_ones():
     what it wrote then, and the next value equals the following step's value inside an episode."""
     cfg = _config("gru", "loss.value_norm=none")
     parts = build(cfg)
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=cfg.train.frames_per_batch)
     batch = parts.reward_table(next(iter(collector)))
     collector.shutdown()
     keys = parts.groups[G].keys

@@ -202,13 +202,13 @@ def test_gae_bootstraps_at_a_truncated_step_only(make_cfg, time_limit):
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "torchrl"])
 def test_collector_restart_restarts_the_step_count(lean):
-    from marl_ppo.collect.collectors import make_collector
+    from marl_ppo.run.build import build_collector
 
     cfg = load_config(overrides=["env.num_envs=2", f"env.max_steps={MAX_STEPS}", "env.kwargs.n_agents=2",
                                  "train.frames_per_batch=6", "train.minibatch_size=6"])
     env = make_env(cfg.env, seed=0)
     router = GroupRouter.from_specs(read_group_specs(env), hidden=(8,))
-    collector = make_collector(cfg, env, router.policy, total_frames=-1, lean=lean)
+    collector = build_collector(cfg, env, router.policy, total_frames=-1, lean=lean)
     assert (type(collector).__name__ == "LeanVmasCollector") == lean
     batches = iter(collector)
     first = next(batches)

@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.config import Config, load_config
 from marl_ppo.run.build import Parts, build
 from marl_ppo.core.update import ppo_update
@@ -133,7 +133,7 @@ def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = No
     parts = build(cfg)
     router, step = parts.router, parts.step
     fpb, mb = cfg.train.frames_per_batch, cfg.train.minibatch_size
-    collector = make_collector(cfg, parts.env, router.policy, total_frames=fpb * (iterations + 1))
+    collector = build_collector(cfg, parts.env, router.policy, total_frames=fpb * (iterations + 1))
     batches = iter(collector)
     raw = _floor(parts, cfg) if floor else None
     t_start = time.perf_counter()

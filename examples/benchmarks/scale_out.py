@@ -41,7 +41,7 @@ def launcher_overhead(launcher: str, seeds: tuple[int, ...], slots: int, out: Pa
 
 
 def collection_fps(backend: str, num_envs: int, batches: int, threads: int) -> float:
-    from marl_ppo.collect.collectors import make_collector
+    from marl_ppo.run.build import build_collector
     from marl_ppo.config import load_config
     from marl_ppo.run.build import build
 
@@ -51,7 +51,7 @@ def collection_fps(backend: str, num_envs: int, batches: int, threads: int) -> f
                                  f"train.collector.num_collectors={n}"])
     parts = build(cfg)
     frames = cfg.train.frames_per_batch
-    collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=(batches + 1) * frames)
+    collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=(batches + 1) * frames)
     times = []
     try:
         t0 = time.perf_counter()

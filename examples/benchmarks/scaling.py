@@ -23,7 +23,7 @@ import time
 import torch
 from torchrl.collectors import Collector
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.config import load_config
 from marl_ppo.run.build import build
 from marl_ppo.core.update import ppo_update
@@ -62,7 +62,7 @@ def update_scaling(args) -> None:
     for n in args.agents:
         cfg = config(n, 60, 6000)
         parts = build(cfg)
-        collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=-1)
+        collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=-1)
         batch = parts.reward_table(next(iter(collector)))
         collector.shutdown()
         parts.router.compute_advantages(batch)
@@ -84,7 +84,7 @@ def collection_scaling(args) -> None:
     for n in args.envs:
         cfg = config(3, n, n * args.steps, minibatch=n * args.steps)
         ours_parts, ref_parts = build(cfg), build(cfg)
-        ours = iter(make_collector(cfg, ours_parts.env, ours_parts.router.policy, total_frames=-1))
+        ours = iter(build_collector(cfg, ours_parts.env, ours_parts.router.policy, total_frames=-1))
         ref = iter(Collector(ref_parts.env, ref_parts.router.policy, frames_per_batch=n * args.steps, total_frames=-1,
                              auto_register_policy_transforms=False))
         next(ours), next(ref)

@@ -56,7 +56,7 @@ from torch import nn
 from torch.nn import functional as F
 from torchrl.collectors import Collector
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.config import load_config
 from marl_ppo.envs import make_env
 from marl_ppo.run.build import build
@@ -279,7 +279,7 @@ def main() -> None:
     floor.load_from(router)
     collect_floor = CollectFloor(cfg, floor)
     total = args.frames_per_batch * (args.repeats * args.iterations_per_repeat + 1)
-    collector = make_collector(cfg, parts.env, router.policy, total_frames=total)
+    collector = build_collector(cfg, parts.env, router.policy, total_frames=total)
     batches = iter(collector)
     # torchrl's Collector on its own env, for reference (its batches are not used)
     reference = iter(Collector(make_env(cfg.env, seed=cfg.train.seed + 1), router.policy,

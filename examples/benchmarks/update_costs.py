@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from marl_ppo.collect.collectors import make_collector
+from marl_ppo.run.build import build_collector
 from marl_ppo.run.build import build
 from marl_ppo.core.update import ppo_update
 from throughput import FULL, GROUP, QUICK, Floor, batch_tensors, benchmarl_config
@@ -70,7 +70,7 @@ def main() -> None:
     n_agents, obs_dim = spec.observation_shape
     floor = Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
                   lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
-    collector = make_collector(cfg, parts.env, router.policy, total_frames=args.frames_per_batch)
+    collector = build_collector(cfg, parts.env, router.policy, total_frames=args.frames_per_batch)
     batch = parts.reward_table(next(iter(collector)))
     collector.shutdown()
     router.compute_advantages(batch)

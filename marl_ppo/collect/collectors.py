@@ -1,67 +1,66 @@
 """Collection backends: torchrl 0.14.1's own collectors, one batch layout for all of them.
 
-``train.collector.backend`` picks the collector:
+:func:`make_collector` takes the env (or, for worker backends, one picklable env factory per
+worker) and plain arguments; the run's config is read above, in :mod:`marl_ppo.run.build`.
+``backend`` picks the collector:
 
 * ``direct``: one :class:`torchrl.collectors.Collector` stepping the run's env in this process, or,
   for a plain VMAS env and policy, :class:`~marl_ppo.collect.lean_vmas.LeanVmasCollector`, which yields
   the same batches without torchrl's per-step overhead (about 1.4x faster collection);
 * ``process``: ``Collector(..., backend="process")`` (a :class:`~torchrl.collectors.MultiSyncCollector`):
-  ``num_collectors`` worker processes, each with its own env of ``env.num_envs / num_collectors``
-  vectorized envs;
+  one worker process per env factory;
 * ``ray``: ``Collector(..., backend="ray")`` (a :class:`~torchrl.collectors.distributed.RayCollector`):
   the same workers as Ray actors, on the cluster at ``RAY_ADDRESS`` (or the one this process is
   connected to, or a local one it starts and stops).
 
-Every backend yields a batch ``[env.num_envs, T]`` (envs × time), as the direct collector does:
+Every backend yields a batch ``[envs, T]`` (envs × time), as the direct collector does:
 the workers' batches are stacked (``cat_results="stack"``: ``[workers, envs, T]``) and the worker dim is
 flattened into the env dim. Concatenating along time instead (``cat_results=-1``) would join two
 workers' envs end to end with no done between them, and GAE would carry advantages across the seam.
 Policy weights go to the workers once before the first batch and after every update
 (:meth:`FlatCollector.update_policy_weights_`).
 
->>> from marl_ppo.config import load_config
->>> from marl_ppo.run.build import build
->>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40", "train.minibatch_size=40",
-...     "train.total_frames=80", "model.hidden=[16]"])
->>> parts = build(cfg)
->>> collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=80)
->>> [tuple(b.batch_size) for b in collector]
-[(4, 10), (4, 10)]
+Every collector says what it is (``description``); where the lean VMAS path declined the env,
+``declined`` says why (the run records both).
+
+>>> from marl_ppo import GroupRouter, read_group_specs
+>>> from marl_ppo.envs import EnvConfig, make_env
+>>> env = make_env(EnvConfig(num_envs=4, max_steps=10))
+>>> router = GroupRouter.from_specs(read_group_specs(env), hidden=(16,))
+>>> collector = make_collector(env, router.policy, frames_per_batch=40, total_frames=80)
+>>> [tuple(b.batch_size) for b in collector], collector.description
+([(4, 10), (4, 10)], 'lean VMAS collector (direct, in this process)')
 >>> collector.shutdown()
 """
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, Protocol
 
+import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import BaseCollector, Collector
 from torchrl.envs import EnvBase
 
-from marl_ppo.config import Config, EnvConfig
-from marl_ppo.collect.lean_vmas import LeanVmasCollector, lean_vmas_collector
+from marl_ppo.collect.lean_vmas import lean_vmas_collector, lean_vmas_refusal
 
-__all__ = ["FlatCollector", "make_collector", "worker_env_fns", "WORKER_SEED_STRIDE"]
+__all__ = ["BatchCollector", "FlatCollector", "make_collector", "Backend"]
 
-WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (worker 0: the direct run's seed)
-
-
-def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:
-    from marl_ppo.envs import make_env
-    from marl_ppo.models.recurrent import prime_env
-
-    return prime_env(make_env(env_cfg, seed=seed, num_envs=num_envs), state)
+Backend = Literal["direct", "process", "ray"]
 
 
-def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]]:
-    """One picklable env factory per collector worker, each with its share of ``env.num_envs``.
+class BatchCollector(Protocol):
+    """What the trainer needs of a collector: ``[envs, T]`` batches, weights sync, restart, shutdown."""
 
-    ``state``: the policy's recurrent state entries (:func:`~marl_ppo.models.recurrent.state_spec`).
-    """
-    n = cfg.train.collector.num_collectors  # Config checked that it divides env.num_envs
-    return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE, cfg.env.num_envs // n,
-                              state)
-            for i in range(n)]
+    description: str
+
+    def __iter__(self) -> Iterator[TensorDictBase]: ...
+
+    def update_policy_weights_(self) -> None: ...
+
+    def restart(self, seed: int) -> bool: ...
+
+    def shutdown(self) -> None: ...
 
 
 class FlatCollector:
@@ -70,9 +69,12 @@ class FlatCollector:
     ``stacked``: the collector yields ``[workers, envs_per_worker, T]`` (flattened to ``[envs, T]``).
     """
 
-    def __init__(self, collector: BaseCollector, *, stacked: bool) -> None:
+    def __init__(self, collector: BaseCollector, *, stacked: bool, description: str,
+                 declined: str | None = None) -> None:
         self.collector = collector
         self.stacked = stacked
+        self.description = description
+        self.declined = declined
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         for batch in self.collector:
@@ -102,36 +104,41 @@ class FlatCollector:
         return True
 
 
-def make_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int,
-                   lean: bool = True) -> FlatCollector | LeanVmasCollector:
-    """The collector of ``train.collector``: ``env`` for ``direct``, env factories for the workers otherwise.
+def make_collector(env: EnvBase | None, policy: Any, *, frames_per_batch: int, total_frames: int,
+                   device: str | torch.device | None = None, backend: Backend = "direct",
+                   env_fns: Sequence[Callable[[], EnvBase]] = (), lean: bool = True) -> BatchCollector:
+    """The collector of ``backend``: ``env`` for ``direct``, one env factory per worker (``env_fns``) otherwise.
 
     ``total_frames`` must be finite for ``ray`` (torchrl's ``RayCollector`` yields nothing with -1).
     With ``lean`` (the default), ``direct`` on an env and policy that
     :func:`~marl_ppo.collect.lean_vmas.lean_vmas_collector` takes gets that collector: the same batches
     (keys, shapes, values, episode ends, restarts) as torchrl's ``Collector``, faster.
     """
-    ccfg = cfg.train.collector
-    common: dict[str, Any] = dict(frames_per_batch=cfg.train.frames_per_batch, total_frames=total_frames,
-                                  device=cfg.train.device)
-    if ccfg.backend == "direct":
+    common: dict[str, Any] = dict(frames_per_batch=frames_per_batch, total_frames=total_frames, device=device)
+    if backend == "direct":
+        declined = "lean=False"
         if lean:
-            collector = lean_vmas_collector(env, policy, **common)
-            if collector is not None:
-                return collector
-        return FlatCollector(Collector(env, policy, auto_register_policy_transforms=False, **common), stacked=False)
+            lean_collector = lean_vmas_collector(env, policy, **common)
+            if lean_collector is not None:
+                return lean_collector
+            declined = lean_vmas_refusal(env, policy, frames_per_batch=frames_per_batch, device=device)
+        return FlatCollector(Collector(env, policy, auto_register_policy_transforms=False, **common), stacked=False,
+                             description="torchrl Collector (direct, in this process)", declined=declined)
+    if backend not in ("process", "ray"):
+        raise ValueError(f"unknown collector backend {backend!r}; use 'direct', 'process' or 'ray'")
     if total_frames <= 0:
-        raise ValueError(f"backend {ccfg.backend!r} needs a finite total_frames, got {total_frames}")
-    from marl_ppo.models.recurrent import state_spec
-
-    env_fns = worker_env_fns(cfg, state_spec(policy))
-    if ccfg.backend == "process":
-        collector = Collector(env_fns, policy, backend="process", sync=True, cat_results="stack",
+        raise ValueError(f"backend {backend!r} needs a finite total_frames, got {total_frames}")
+    if not env_fns:
+        raise ValueError(f"backend {backend!r} needs env_fns: one picklable env factory per worker")
+    if backend == "process":
+        collector = Collector(list(env_fns), policy, backend="process", sync=True, cat_results="stack",
                               auto_register_policy_transforms=False, **common)
+        description = f"torchrl MultiSyncCollector ({len(env_fns)} worker processes)"
     else:
-        collector = Collector(env_fns, policy, backend="ray", sync=True,
+        collector = Collector(list(env_fns), policy, backend="ray", sync=True,
                               remote_configs={"num_cpus": 1, "memory": None},
                               collector_kwargs={"auto_register_policy_transforms": False}, **common)
-    flat = FlatCollector(collector, stacked=True)
+        description = f"torchrl RayCollector ({len(env_fns)} Ray actors)"
+    flat = FlatCollector(collector, stacked=True, description=description)
     flat.update_policy_weights_()  # before the first batch: the workers start from this policy
     return flat

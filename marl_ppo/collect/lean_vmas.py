@@ -21,11 +21,11 @@ wrapper in the same order, so VMAS's random stream, the global one (the policy's
 every key, shape, dtype and value match: ``tests/test_collectors.py`` compares batches with
 torchrl's ``Collector`` over episode ends, partial resets and :meth:`LeanVmasCollector.restart`.
 
->>> from marl_ppo.config import load_config
->>> from marl_ppo.run.build import build
->>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "model.hidden=[16]"])
->>> parts = build(cfg)
->>> collector = lean_vmas_collector(parts.env, parts.router.policy, frames_per_batch=40, total_frames=80)
+>>> from marl_ppo import GroupRouter, read_group_specs
+>>> from marl_ppo.envs import EnvConfig, make_env
+>>> env = make_env(EnvConfig(num_envs=4, max_steps=10))
+>>> router = GroupRouter.from_specs(read_group_specs(env), hidden=(16,))
+>>> collector = lean_vmas_collector(env, router.policy, frames_per_batch=40, total_frames=80)
 >>> [tuple(b.batch_size) for b in collector]
 [(4, 10), (4, 10)]
 >>> collector.shutdown()
@@ -50,7 +50,7 @@ from torchrl.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules.distributions import TanhNormal
 from torchrl.modules.distributions.utils import sample_and_log_prob
 
-__all__ = ["LeanVmasCollector", "lean_vmas_collector"]
+__all__ = ["LeanVmasCollector", "lean_vmas_collector", "lean_vmas_refusal"]
 
 
 class _Actor:
@@ -86,27 +86,28 @@ class _Actor:
         return params
 
 
-def _plain_actors(policy: Any) -> list[_Actor] | None:
-    """The policy's group actors as :class:`_Actor`, or ``None`` if one is not network + one distribution."""
+def _plain_actors(policy: Any) -> list[_Actor] | str:
+    """The policy's group actors as :class:`_Actor`, or why one is not a network + one distribution."""
     actors = list(policy.module) if type(policy) is TensorDictSequential else [policy]
     out = []
     for actor in actors:
         if not isinstance(actor, ProbabilisticTensorDictSequential) or len(actor.module) != 2:
-            return None
+            return f"the policy's {type(actor).__name__} is not a network followed by one distribution (e.g. recurrent)"
         net, dist = actor.module
         if (type(net).forward is not TensorDictModule.forward or len(net.in_keys) != 1
                 or not isinstance(dist, ProbabilisticTensorDictModule)):
-            return None
+            return f"an actor's network {type(net).__name__} is not a plain TensorDictModule on one input"
         if (not dist.return_log_prob or dist.num_samples is not None or getattr(dist, "safe", False)
                 or getattr(dist, "_generator", None) is not None or getattr(dist, "_generator_key", None) is not None
                 or issubclass(dist.distribution_class, CompositeDistribution) or len(dist.out_keys) != 2
                 or not set(dist.in_keys) <= set(net.out_keys)):  # e.g. an action mask read from the env
-            return None
+            return (f"an actor's distribution ({dist.distribution_class.__name__}) is composite, masked, seeded "
+                    "or samples differently from the plain path")
         group = net.in_keys[0][0] if isinstance(net.in_keys[0], tuple) else None
         keys = [net.in_keys[0], *net.out_keys, *dist.out_keys]
         if group is None or net.in_keys[0] != (group, "observation") or any(
                 not isinstance(k, tuple) or len(k) != 2 or k[0] != group for k in keys):
-            return None
+            return f"an actor reads or writes keys off its group's (group, name) entries: {keys}"
         out.append(_Actor(net, dist))
     return out
 
@@ -114,30 +115,31 @@ def _plain_actors(policy: Any) -> list[_Actor] | None:
 def _plain_vmas(env: EnvBase):
     """``(VmasEnv, max_steps)`` if ``env`` is exactly ``VmasEnv`` + the episode-return ``RewardSum``,
     optionally after the ``StepCounter`` of ``env.time_limit=truncate`` (``max_steps`` is then its
-    limit, else ``None``); ``None`` for any other env."""
+    limit, else ``None``); for any other env, why not."""
     from torchrl.envs.libs.vmas import VmasWrapper
 
     if not isinstance(env, TransformedEnv) or not isinstance(env.base_env, VmasWrapper):
-        return None
+        return f"the env is a {type(env).__name__}, not a transformed VmasEnv"
     transforms = list(env.transform) if hasattr(env.transform, "__iter__") else [env.transform]
     max_steps = None
     if len(transforms) == 2 and _plain_step_counter(transforms[0]):
         max_steps = transforms.pop(0).max_steps
     if len(transforms) != 1 or type(transforms[0]) is not RewardSum:
-        return None
+        return ("the env has other transforms than the time limit and the episode returns: "
+                f"{[type(t).__name__ for t in transforms]}")
     base = env.base_env
     groups = base.group_map
     rsum = transforms[0]
     if list(rsum.in_keys) != [(g, "reward") for g in groups] or any(base.het_specs_map.values()):
-        return None
+        return "the groups are heterogeneous or the episode returns sum other keys"
     if not (base.continuous_actions or base.categorical_actions) or set(base.done_keys) != {"done", "terminated"}:
-        return None
+        return "one-hot actions or done keys other than done/terminated"
     if max_steps is not None and base._env.max_steps is not None:
-        return None  # two limits
+        return "two time limits (VMAS's max_steps and a StepCounter)"
     if list(rsum.reset_keys) != ["_reset"] * len(groups):
-        return None
+        return "the episode returns reset on other keys than _reset"
     if any(isinstance(base.full_observation_spec[g, "observation"], Composite) for g in groups):
-        return None  # a dict observation
+        return "a dict observation"
     return base, max_steps
 
 
@@ -150,19 +152,39 @@ def _plain_step_counter(t) -> bool:
 
 def lean_vmas_collector(env: EnvBase, policy: Any, *, frames_per_batch: int, total_frames: int,
                         device: str | torch.device | None = None) -> "LeanVmasCollector | None":
-    """A :class:`LeanVmasCollector` if it reproduces torchrl's ``Collector`` for ``env`` and ``policy``, else ``None``."""
-    plain = _plain_vmas(env)
-    actors = _plain_actors(policy) if plain is not None else None
-    if actors is None:
+    """A :class:`LeanVmasCollector` if it reproduces torchrl's ``Collector`` for ``env`` and ``policy``, else
+    ``None`` (:func:`lean_vmas_refusal` says why)."""
+    plan = _plan(env, policy, frames_per_batch, device)
+    if isinstance(plan, str):
         return None
+    base, max_steps, actors = plan
+    return LeanVmasCollector(env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                             max_steps=max_steps)
+
+
+def lean_vmas_refusal(env: EnvBase, policy: Any, *, frames_per_batch: int,
+                      device: str | torch.device | None = None) -> str | None:
+    """Why :func:`lean_vmas_collector` declines ``env`` and ``policy`` (one line), or ``None`` if it takes them."""
+    plan = _plan(env, policy, frames_per_batch, device)
+    return plan if isinstance(plan, str) else None
+
+
+def _plan(env: EnvBase, policy: Any, frames_per_batch: int, device) -> tuple | str:
+    plain = _plain_vmas(env)
+    if isinstance(plain, str):
+        return plain
+    actors = _plain_actors(policy)
+    if isinstance(actors, str):
+        return actors
     base, max_steps = plain
     # CPU only: on CUDA it has never run (no GPU was at hand to compare it with torchrl's collector there)
     if base.device.type != "cpu" or (device is not None and torch.device(device).type != "cpu"):
-        return None
-    if frames_per_batch % base.batch_size.numel() or sorted(a.group for a in actors) != sorted(base.group_map):
-        return None
-    return LeanVmasCollector(env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-                             max_steps=max_steps)
+        return "the env or the policy is not on the CPU (the lean path is compared with torchrl's on the CPU only)"
+    if frames_per_batch % base.batch_size.numel():
+        return f"frames_per_batch={frames_per_batch} is not a multiple of the {base.batch_size.numel()} envs"
+    if sorted(a.group for a in actors) != sorted(base.group_map):
+        return "the policy's actors are not one per group of the env"
+    return base, max_steps, actors
 
 
 class LeanVmasCollector:
@@ -170,6 +192,8 @@ class LeanVmasCollector:
 
     Build it with :func:`lean_vmas_collector`. The interface is :class:`~marl_ppo.collect.collectors.FlatCollector`'s.
     """
+
+    description = "lean VMAS collector (direct, in this process)"
 
     def __init__(self, env: TransformedEnv, base, actors: list[_Actor], policy: Any, *,
                  frames_per_batch: int, total_frames: int, max_steps: int | None = None) -> None:

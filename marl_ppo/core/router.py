@@ -40,10 +40,10 @@ from torchrl.objectives import ValueEstimators
 from torchrl.objectives.value import MultiAgentGAE
 
 from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
-from marl_ppo.config import ModelConfig
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.core.losses import LOSSES as _LOSSES
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
+from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, update_value_norm, value_norms
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 

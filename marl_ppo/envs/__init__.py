@@ -1,4 +1,4 @@
-"""Env adapters: build a torchrl multi-agent env from an :class:`~marl_ppo.config.EnvConfig`.
+"""Env adapters: build a torchrl multi-agent env from an :class:`~marl_ppo.envs.options.EnvConfig`.
 
 One module per kind, each only describing which env, which groups, which keys:
 :mod:`~marl_ppo.envs.vmas` (``env.kind=vmas``), :mod:`~marl_ppo.envs.pettingzoo`
@@ -9,7 +9,6 @@ comes back with a ``RewardSum`` transform that accumulates each group's raw rewa
 with ``env.time_limit`` applied (:mod:`~marl_ppo.envs.time_limit`): by default an episode cut at
 ``env.max_steps`` is ``truncated``, not ``terminated``, so GAE bootstraps there.
 
->>> from marl_ppo.config import EnvConfig
 >>> env = make_env(EnvConfig(scenario="navigation", num_envs=2, kwargs={"n_agents": 2}), seed=0)
 >>> env.group_map
 {'agents': ['agent_0', 'agent_1']}
@@ -21,9 +20,9 @@ from __future__ import annotations
 import torch
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
-from marl_ppo.config import EnvConfig
 from marl_ppo.envs.comm import CommAdapter
-from marl_ppo.envs.custom import EnvFactory, factory_path, load_factory, make_custom, record_factory
+from marl_ppo.envs.custom import EnvFactory, absolute_factory, factory_path, load_factory, make_custom
+from marl_ppo.envs.options import EnvConfig
 from marl_ppo.envs.pettingzoo import classic_tasks, make_pettingzoo, mpe_tasks, pettingzoo_tasks
 from marl_ppo.envs.time_limit import TruncationAsTermination, fold_truncation
 from marl_ppo.envs.transforms import FlatObservation, with_episode_returns
@@ -31,7 +30,7 @@ from marl_ppo.envs.vmas import make_vmas, vmas_scenarios
 
 __all__ = [
     "make_env", "vmas_scenarios", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "FlatObservation",
-    "CommAdapter", "EnvFactory", "load_factory", "factory_path", "record_factory", "eval_num_envs",
+    "CommAdapter", "EnvFactory", "load_factory", "factory_path", "absolute_factory", "eval_num_envs", "EnvConfig",
     "TruncationAsTermination",
 ]
 

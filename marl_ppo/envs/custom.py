@@ -12,7 +12,7 @@ A factory is any callable returning a torchrl multi-agent env (an ``EnvBase`` wi
 >>> load_factory("marl_ppo.envs.toy:no_such_thing")
 Traceback (most recent call last):
 ...
-marl_ppo.config.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': module marl_ppo.envs.toy has no attribute 'no_such_thing'...
+marl_ppo.options.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': module marl_ppo.envs.toy has no attribute 'no_such_thing'...
 """
 from __future__ import annotations
 
@@ -22,21 +22,19 @@ import importlib.util
 import inspect
 import os
 import sys
-import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torchrl.envs import EnvBase
 
-from marl_ppo.config import ConfigError, EnvConfig
+from marl_ppo.envs.options import EnvConfig
+from marl_ppo.options import ConfigError
 from marl_ppo.groups.specs import GroupSpecError, read_group_specs
 
-if TYPE_CHECKING:
-    from marl_ppo.config import Config
 
-__all__ = ["EnvFactory", "load_factory", "factory_arguments", "make_custom", "factory_path", "record_factory",
-           "absolute_factory", "SYSTEM_ARGUMENTS"]
+__all__ = ["EnvFactory", "load_factory", "factory_arguments", "make_custom", "factory_path", "absolute_factory",
+           "SYSTEM_ARGUMENTS"]
 
 EnvFactory = Callable[..., EnvBase]
 SYSTEM_ARGUMENTS = ("num_envs", "device", "seed", "max_steps")
@@ -203,28 +201,3 @@ def absolute_factory(spec: str) -> str:
     if sep and target.endswith(".py"):
         return f"{Path(target).expanduser().resolve()}:{name}"
     return spec
-
-
-def record_factory(cfg: "Config", env_fn: EnvFactory | None) -> "Config":
-    """The config a run records: ``env.kind=custom`` with ``env.factory`` naming ``env_fn`` (or the
-    factory the config has, its file path made absolute); ``env.kwargs`` are kept only from a config
-    that was already ``custom``. A factory that cannot be named (a lambda,
-    a notebook's function) is recorded as ``null`` with a warning: ``load_policy(run, env_fn=...)``
-    then needs it again."""
-    from dataclasses import replace
-
-    if env_fn is None:
-        if cfg.env.kind == "custom" and cfg.env.factory:
-            return replace(cfg, env=replace(cfg.env, factory=absolute_factory(cfg.env.factory)))
-        return cfg
-    path = factory_path(env_fn)
-    if path is None:
-        warnings.warn(
-            f"env_fn {env_fn!r} cannot be named in the run's config.yaml (a lambda, a closure or a notebook's "
-            "function): `marl-ppo eval` and `--resume` cannot rebuild its env; pass it again with "
-            "load_policy(run_dir, env_fn=...) / Trainer(..., env_fn=..., resume=True), or define it in a module",
-            stacklevel=3,
-        )
-    # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
-    kwargs = cfg.env.kwargs if cfg.env.kind == "custom" else {}
-    return replace(cfg, env=replace(cfg.env, kind="custom", factory=path, kwargs=kwargs))

@@ -1,6 +1,6 @@
 """VMAS adapter: ``env.kind=vmas``, one vectorized simulator in this process (CPU or CUDA).
 
->>> from marl_ppo.config import EnvConfig
+>>> from marl_ppo.envs.options import EnvConfig
 >>> env = make_vmas(EnvConfig(scenario="navigation", num_envs=2, kwargs={"n_agents": 2}), seed=0, num_envs=2)
 >>> env.group_map, env.batch_size
 ({'agents': ['agent_0', 'agent_1']}, torch.Size([2]))
@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from torchrl.envs import Compose, EnvBase, TransformedEnv
 
-from marl_ppo.config import ConfigError, EnvConfig
+from marl_ppo.envs.options import EnvConfig
+from marl_ppo.options import ConfigError
 from marl_ppo.envs.time_limit import vmas_time_limit
 
 __all__ = ["make_vmas", "vmas_scenarios", "unknown_name"]

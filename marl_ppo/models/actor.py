@@ -22,7 +22,7 @@ from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.mlp import agent_mlp
 from marl_ppo.models.modules import TensorOutModule, stamp_network
-from marl_ppo.models.recurrent import recurrent_trunk
+from marl_ppo.models.registry import model_kind
 
 __all__ = ["build_actor"]
 
@@ -48,24 +48,24 @@ def build_actor(
     rollouts of the mode silently stops exploring.
 
     ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
-    network arguments are then unused. ``kind`` ``gru``/``lstm``: the MLP (``hidden``) feeds a
-    recurrent cell of ``rnn_hidden`` units (:mod:`~marl_ppo.models.recurrent`), and a linear
-    layer maps its output to the heads' parameters.
+    network arguments are then unused. ``kind`` names a registered model kind
+    (:mod:`~marl_ppo.models.registry`): ``gru``/``lstm`` run the MLP (``hidden``) into a recurrent cell
+    of ``rnn_hidden`` units, and a linear layer maps its output to the heads' parameters.
     """
     heads = action_heads(group)
     n_out = sum(h.n_params for h in heads)
-    obs_key, trunk = group.observation_keys[0], None
-    if kind != "mlp":
-        trunk, obs_key = recurrent_trunk(group, kind, role="actor", hidden=hidden, activation=activation,
-                                         rnn_hidden=rnn_hidden, share_params=share_params, device=device)
+    obs_key, trunk, spec = group.observation_keys[0], None, model_kind(kind)
+    if spec.trunk is not None:
+        trunk, obs_key = spec.trunk(group, role="actor", hidden=hidden, activation=activation,
+                                    rnn_hidden=rnn_hidden, share_params=share_params, device=device)
         net = agent_mlp(group, n_out, centralized=False, share_params=share_params, hidden=(),
                         activation=activation, device=device, n_inputs=rnn_hidden)
     if net is None:
         net = agent_mlp(group, n_out, centralized=False, share_params=share_params,
                         hidden=hidden, activation=activation, device=device)
     actor = _actor_on(group, heads, net, obs_key, trunk)
-    # a recurrent actor is never bundled: a bundle rebuilds the actor around the bare network
-    return actor if trunk is not None else stamp_network(actor, net)
+    # a bundle rebuilds the actor around the bare network: only a kind without state allows it
+    return stamp_network(actor, net) if spec.bundleable and trunk is None else actor
 
 
 def _actor_on(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey,

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 import torch
 from tensordict.nn import TensorDictModule
 
-from marl_ppo.config import ModelConfig
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
+from marl_ppo.models.options import ModelConfig
 
 __all__ = ["build_models"]
 

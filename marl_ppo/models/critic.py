@@ -27,7 +27,7 @@ from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, Cros
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import TensorOutModule, stamp_network
-from marl_ppo.models.recurrent import recurrent_trunk
+from marl_ppo.models.registry import model_kind
 
 __all__ = ["build_critic", "build_global_critic", "check_every_group_acts", "NormalizedValueNet", "SlicedValueNorm", "make_value_norm", "value_norms",
            "update_value_norm", "output_layer"]
@@ -54,8 +54,8 @@ def build_critic(
     ``value_norm`` (``none``, ``running``, ``popart``) makes the network learn normalised values.
     ``kind`` ``gru``/``lstm``: the MLP feeds a recurrent cell, then a linear value layer.
     """
-    if kind != "mlp":
-        return _recurrent_critic(group, kind, centralized=centralized, share_params=share_params, hidden=hidden,
+    if model_kind(kind).trunk is not None:
+        return _trunk_critic(group, kind, centralized=centralized, share_params=share_params, hidden=hidden,
                                  activation=activation, device=device, value_norm=value_norm,
                                  popart_beta=popart_beta, rnn_hidden=rnn_hidden)
     if net is None:
@@ -70,9 +70,9 @@ def build_critic(
     return stamp_network(critic, net)  # a bundle runs the bare network, with the groups' normalisers
 
 
-def _recurrent_critic(group: GroupSpec, kind: str, *, centralized: bool, share_params: bool, hidden, activation,
+def _trunk_critic(group: GroupSpec, kind: str, *, centralized: bool, share_params: bool, hidden, activation,
                       device, value_norm: str, popart_beta: float, rnn_hidden: int) -> TensorDictModule:
-    trunk, features = recurrent_trunk(group, kind, role="critic", hidden=hidden, activation=activation,
+    trunk, features = model_kind(kind).trunk(group, role="critic", hidden=hidden, activation=activation,
                                       rnn_hidden=rnn_hidden, share_params=share_params, centralized=centralized,
                                       device=device)
     head = agent_mlp(group, 1, centralized=False, share_params=share_params, hidden=(), activation=activation,

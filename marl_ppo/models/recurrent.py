@@ -111,7 +111,7 @@ class MultiAgentRNN(TensorDictModuleBase):
         return td
 
 
-def recurrent_trunk(group: GroupSpec, kind: str, *, role: str, hidden: Sequence[int], activation: str,
+def recurrent_trunk(group: GroupSpec, *, kind: str, role: str, hidden: Sequence[int], activation: str,
                     rnn_hidden: int, share_params: bool, centralized: bool = False,
                     device=None) -> tuple[TensorDictSequential, tuple]:
     """An MLP over each agent's observation (``hidden``, activated), then the GRU/LSTM.

@@ -12,25 +12,33 @@ under it take the plain arguments :func:`build` reads out of it.
 """
 from __future__ import annotations
 
+import functools
 import random
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torchrl.envs import EnvBase
 
-from marl_ppo.config import Config
+from marl_ppo.collect.collectors import BatchCollector, make_collector
+from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
-from marl_ppo.envs import EnvFactory, make_env
+from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, make_env
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs
 from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.run.checkpoints import load_checkpoint
 
-__all__ = ["Parts", "build", "load_policy", "seed_everything"]
+__all__ = ["Parts", "build", "build_collector", "worker_env_fns", "load_policy", "seed_everything", "record_factory",
+           "WORKER_SEED_STRIDE"]
+
+WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (worker 0: the direct run's seed)
 
 
 @dataclass
@@ -99,6 +107,30 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
 
 
 
+def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:
+    return prime_env(make_env(env_cfg, seed=seed, num_envs=num_envs), state)
+
+
+def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]]:
+    """One picklable env factory per collector worker, each with its share of ``env.num_envs``.
+
+    ``state``: the policy's recurrent state entries (:func:`~marl_ppo.models.recurrent.state_spec`).
+    """
+    n = cfg.train.collector.num_collectors  # Config checked that it divides env.num_envs
+    return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE,
+                              cfg.env.num_envs // n, state)
+            for i in range(n)]
+
+
+def build_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int, lean: bool = True) -> BatchCollector:
+    """The collector of ``train.collector`` (:func:`~marl_ppo.collect.collectors.make_collector`): ``env`` for
+    ``direct``, a seeded share of ``env.num_envs`` per worker otherwise."""
+    backend = cfg.train.collector.backend
+    env_fns = worker_env_fns(cfg, state_spec(policy)) if backend != "direct" else ()
+    return make_collector(env, policy, frames_per_batch=cfg.train.frames_per_batch, total_frames=total_frames,
+                          device=cfg.train.device, backend=backend, env_fns=env_fns, lean=lean)
+
+
 def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
                 env_fn: EnvFactory | None = None):
     """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
@@ -106,8 +138,6 @@ def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str
     ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
     ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
     """
-    from dataclasses import replace
-
     from marl_ppo.config import from_yaml
 
     run_dir = Path(run_dir)
@@ -119,3 +149,26 @@ def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str
     parts = build(cfg, env_fn=env_fn)
     parts.router.load_state_dict(state["router"])
     return cfg, parts
+
+
+def record_factory(cfg: Config, env_fn: EnvFactory | None) -> Config:
+    """The config a run records: ``env.kind=custom`` with ``env.factory`` naming ``env_fn`` (or the
+    factory the config has, its file path made absolute); ``env.kwargs`` are kept only from a config
+    that was already ``custom``. A factory that cannot be named (a lambda,
+    a notebook's function) is recorded as ``null`` with a warning: ``load_policy(run, env_fn=...)``
+    then needs it again."""
+    if env_fn is None:
+        if cfg.env.kind == "custom" and cfg.env.factory:
+            return replace(cfg, env=replace(cfg.env, factory=absolute_factory(cfg.env.factory)))
+        return cfg
+    path = factory_path(env_fn)
+    if path is None:
+        warnings.warn(
+            f"env_fn {env_fn!r} cannot be named in the run's config.yaml (a lambda, a closure or a notebook's "
+            "function): `marl-ppo eval` and `--resume` cannot rebuild its env; pass it again with "
+            "load_policy(run_dir, env_fn=...) / Trainer(..., env_fn=..., resume=True), or define it in a module",
+            stacklevel=3,
+        )
+    # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
+    kwargs = cfg.env.kwargs if cfg.env.kind == "custom" else {}
+    return replace(cfg, env=replace(cfg.env, kind="custom", factory=path, kwargs=kwargs))

@@ -5,8 +5,7 @@ Works on any batched or unbatched env: the episodes are shared out between the e
 each copy resets itself when an episode ends, and only the first episodes of each copy count,
 so short episodes are not over-represented.
 
->>> from marl_ppo.config import EnvConfig
->>> from marl_ppo.envs import make_env
+>>> from marl_ppo.envs import EnvConfig, make_env
 >>> env = make_env(EnvConfig(scenario="navigation", num_envs=3, max_steps=5, kwargs={"n_agents": 2}))
 >>> result = evaluate(None, env, max_steps=5, groups=["agents"], episodes=7)
 >>> result.episodes, sorted(result.returns)

@@ -24,12 +24,12 @@ from typing import Any, Sequence
 import torch
 from tensordict import TensorDictBase
 
-from marl_ppo.collect.collectors import FlatCollector, make_collector
+from marl_ppo.collect.collectors import BatchCollector
 from marl_ppo.config import Config, to_container, to_yaml
 from marl_ppo.core.update import StopRequested, TrainingError, ppo_update
-from marl_ppo.envs import EnvFactory, eval_num_envs, make_env, record_factory
+from marl_ppo.envs import EnvFactory, eval_num_envs, make_env
 from marl_ppo.models.recurrent import prime_env, state_spec
-from marl_ppo.run.build import build
+from marl_ppo.run.build import build, build_collector, record_factory
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.checkpoints import (
     choose_checkpoint,
@@ -103,6 +103,7 @@ class Trainer:
             (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
         )
         self.resume_notes: list[str] = []
+        self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._config_yaml = to_yaml(cfg)
         if resume:
             self._resume()
@@ -128,7 +129,12 @@ class Trainer:
         if remaining <= 0:
             self.close()
             return self._summary({})
-        collector = make_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
+        collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
+        self.collector_used = collector.description
+        declined = getattr(collector, "declined", None)
+        if declined:
+            self.collector_used += f"; the lean VMAS collector declined: {declined}"
+        self._note(f"collector: {self.collector_used}")
         if self._resume_rng is not None:  # as the uninterrupted run did right after this checkpoint
             self._restart_episodes(collector, self._resume_rng)
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
@@ -225,7 +231,7 @@ class Trainer:
         every = self.cfg.log.checkpoint_every
         return bool(every) and self.iteration % every == 0
 
-    def _restart_episodes(self, collector: FlatCollector, rng: dict[str, Any]) -> None:
+    def _restart_episodes(self, collector: BatchCollector, rng: dict[str, Any]) -> None:
         """Reseeds the training envs from the iteration and resets them, then restores ``rng``.
 
         Done at every periodic checkpoint of a run and when a run resumes from one, so that the
@@ -310,8 +316,15 @@ class Trainer:
         self.callbacks("on_evaluation_end", self, result.returns)
         return self._last_eval
 
+    def _note(self, text: str) -> None:
+        """One dated line in the run's notes (``run.log``): what the run got that its config does not say."""
+        with open(self.run_dir / "run.log", "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
         summary = {"iteration": self.iteration, "frames": self.frames, "run_dir": str(self.run_dir), **final}
+        if self.collector_used is not None:
+            summary["collector"] = self.collector_used
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 

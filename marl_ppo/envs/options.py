@@ -1,0 +1,90 @@
+"""The env layer's options: which environment, how many copies, how episodes end.
+
+:class:`EnvConfig` is the ``env`` section of a run's :class:`~marl_ppo.config.Config`, and what
+:func:`~marl_ppo.envs.make_env` takes: the env adapters read nothing else of the run's config.
+
+>>> EnvConfig(scenario="navigation", num_envs=4).bounds_episodes
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from marl_ppo.options import ConfigError, at_least, choice
+
+__all__ = ["EnvConfig"]
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train in.
+
+    Attributes:
+        kind: ``vmas``, ``pettingzoo`` (MPE tasks from ``mpe2``, classic games, or any PettingZoo env
+            by import path) or ``custom`` (your own env, from ``env.factory``).
+        scenario: VMAS scenario name (``navigation``), PettingZoo MPE task (``simple_spread_v3``),
+            classic game (``tictactoe_v3``) or the import path of a PettingZoo env module
+            (``pettingzoo.sisl.pursuit_v5``). Unused by ``custom``.
+        factory: ``custom`` only: the callable that returns the env, ``package.module:callable``
+            or ``path/to/file.py:callable``; it gets ``env.kwargs`` and those of ``num_envs``,
+            ``device``, ``seed`` and ``max_steps`` its signature names.
+        num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
+        parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
+            instead of one after another in this process (``SerialEnv``); same seeds, same data.
+        max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
+            games end on their own: there it is only the evaluation rollout's length).
+        time_limit: an episode cut at ``max_steps``: ``truncate`` marks it ``truncated``
+            (``terminated`` stays ``False``, GAE bootstraps from the critic's value of the last
+            observation); ``terminate`` marks it ``terminated`` (no bootstrap: VMAS's own
+            ``max_steps``, as before and as BenchMARL). The env's own endings are ``terminated``
+            under both; a custom factory keeps its flags, ``terminate`` folding its ``truncated``
+            into ``terminated``.
+        continuous_actions: continuous (box) or discrete actions.
+        multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
+        comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
+        device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
+        kwargs: scenario (or factory) keyword arguments (e.g. ``n_agents: 3``). They belong to the
+            scenario: a file or override that changes ``env.kind``, ``env.scenario`` or
+            ``env.factory`` without giving ``env.kwargs`` starts from none (the env's own defaults).
+    """
+
+    kind: str = "vmas"
+    scenario: str = "navigation"
+    factory: Optional[str] = None
+    num_envs: int = 60
+    parallel: bool = False
+    max_steps: int = 100
+    time_limit: str = "truncate"
+    continuous_actions: bool = True
+    multidiscrete_actions: bool = False
+    comm: bool = False
+    device: str = "cpu"
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
+
+    @property
+    def bounds_episodes(self) -> bool:
+        """Whether ``max_steps`` is the episodes' length cap (VMAS, PettingZoo MPE ``max_cycles``);
+        classic games end on their own and use it only as the evaluation rollout's length."""
+        return self.kind == "vmas" or (self.kind == "pettingzoo" and self.scenario.startswith("simple"))
+
+    def __post_init__(self) -> None:
+        choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
+        if self.factory is not None and self.kind != "custom":
+            raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
+        at_least("env.num_envs", self.num_envs, 1)
+        at_least("env.max_steps", self.max_steps, 1)
+        choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
+        if self.kind == "vmas":
+            if self.multidiscrete_actions and self.continuous_actions:
+                raise ConfigError(
+                    "env.multidiscrete_actions=true needs discrete actions, but env.continuous_actions=true; "
+                    "set env.continuous_actions=false or env.multidiscrete_actions=false"
+                )
+        else:
+            vmas_only = {"env.comm": self.comm, "env.multidiscrete_actions": self.multidiscrete_actions}
+            for name, value in vmas_only.items():
+                if value:
+                    raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
+            if self.kind == "pettingzoo" and self.device != "cpu":
+                raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")

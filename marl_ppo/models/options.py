@@ -1,0 +1,106 @@
+"""The model layer's options: policy and critic networks, per run and per group.
+
+:class:`ModelConfig` is the ``model`` section of a run's :class:`~marl_ppo.config.Config` and what
+:func:`~marl_ppo.models.build_models` takes; the kinds it accepts are the registry's
+(:mod:`~marl_ppo.models.registry`).
+
+>>> ModelConfig(kind="gru", groups={"adversary": {"kind": "mlp"}}).for_group("adversary").kind
+'mlp'
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from marl_ppo.models.registry import MODEL_KINDS
+from marl_ppo.options import ConfigError, at_least, choice
+
+__all__ = ["ModelConfig"]
+
+
+@dataclass
+class ModelConfig:
+    """Policy and critic networks (see ``docs/models.md``).
+
+    Attributes:
+        kind: ``mlp``, ``gru`` or ``lstm``. A recurrent policy runs an MLP over each agent's
+            observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
+            starts), then the action heads; the PPO update replays ``seq_len``-step chunks from
+            the hidden states stored at collection.
+        hidden: hidden layer sizes of every MLP (a recurrent model's MLP before its cell).
+        activation: ``tanh``, ``relu``, ``elu``, ``gelu`` or ``silu``.
+        share_params: one set of weights for all agents of a group (policy and critic).
+        rnn_hidden: hidden state size of the GRU/LSTM cell.
+        seq_len: steps per chunk in the update of a recurrent model (gradients flow through time
+            inside a chunk); must divide the steps each env takes per batch.
+        critic: ``group`` (each group's critic sees its own group: MAPPO's centralised or IPPO's
+            per-agent critic) or ``global`` (one critic, shared by the groups, sees the
+            observations of every group: torchrl's ``CrossGroupCritic``; MAPPO only).
+        critic_kind: the critics' kind if it differs from ``kind`` (e.g. a GRU policy with an MLP
+            critic); a ``global`` critic is an MLP.
+        groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
+            ``share_params`` and ``rnn_hidden``, e.g. ``{adversary: {kind: gru}}``.
+    """
+
+    kind: str = "mlp"
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "tanh"
+    share_params: bool = True
+    rnn_hidden: int = 128
+    seq_len: int = 10
+    critic: str = "group"
+    critic_kind: Optional[str] = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden")
+
+    def __post_init__(self) -> None:
+        _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
+        choice("model.critic", self.critic, ("group", "global"))
+        at_least("model.seq_len", self.seq_len, 1)
+        if self.critic == "global" and self.critic_kind not in (None, "mlp"):
+            raise ConfigError(f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
+                              "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group")
+        for group, override in self.groups.items():
+            if not isinstance(override, dict):
+                raise ConfigError(f"model.groups.{group} must be a mapping of overrides such as {{kind: gru}}, "
+                                  f"got {override!r}")
+            unknown = sorted(set(override) - set(self.OVERRIDABLE))
+            if unknown:
+                raise ConfigError(f"model.groups.{group}: unknown key(s) {unknown}; a group may override "
+                                  f"{list(self.OVERRIDABLE)}")
+            merged = {k: override.get(k, getattr(self, k)) for k in self.OVERRIDABLE}
+            _check_model_options(f"model.groups.{group}", merged["kind"], merged["critic_kind"],
+                                 list(merged["hidden"]), merged["activation"], merged["rnn_hidden"])
+
+    def for_group(self, group: str) -> "ModelConfig":
+        """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
+        override = dict(self.groups.get(group, {}))
+        if "hidden" in override:
+            override["hidden"] = list(override["hidden"])
+        return dataclasses.replace(self, groups={}, **override)
+
+    @property
+    def group_critic_kind(self) -> str:
+        """The kind of a group critic (``critic_kind``, else ``kind``)."""
+        return self.critic_kind or self.kind
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether any network of any group keeps a hidden state (a recurrent kind, see the registry)."""
+        kinds = {self.kind, self.group_critic_kind}
+        kinds |= {k for g in self.groups for k in (self.for_group(g).kind, self.for_group(g).group_critic_kind)}
+        return any(MODEL_KINDS[k].recurrent for k in kinds)
+
+
+def _check_model_options(where: str, kind: str, critic_kind: str | None, hidden: list, activation: str,
+                         rnn_hidden: int) -> None:
+    choice(f"{where}.kind", kind, tuple(MODEL_KINDS))
+    if critic_kind is not None:
+        choice(f"{where}.critic_kind", critic_kind, tuple(MODEL_KINDS))
+    choice(f"{where}.activation", activation, ("tanh", "relu", "elu", "gelu", "silu"))
+    if not hidden or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
+        raise ConfigError(f"{where}.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {hidden}")
+    if not isinstance(rnn_hidden, int) or rnn_hidden < 1:
+        raise ConfigError(f"{where}.rnn_hidden must be an integer >= 1, got {rnn_hidden!r}")
