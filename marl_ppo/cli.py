@@ -53,10 +53,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from marl_ppo.envs import eval_num_envs, make_env
-    from marl_ppo.models.recurrent import prime_env, state_spec
-    from marl_ppo.run.evaluation import evaluate
     from marl_ppo.run.build import load_policy
+    from marl_ppo.run.evaluation import Evaluator
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
     recorder = None
@@ -66,16 +64,14 @@ def _eval(args: argparse.Namespace) -> int:
         from marl_ppo.run.video import FrameRecorder
 
         recorder = FrameRecorder()
-    n = args.episodes
-    env = make_env(cfg.env, seed=cfg.train.seed + 20_000, num_envs=eval_num_envs(cfg.env, n))
-    env = prime_env(env, state_spec(parts.router.policy)).to(cfg.train.device)  # where the policy is
+    # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
+    evaluator = Evaluator(cfg, parts.router.policy, list(parts.groups), episodes=args.episodes)
     try:
-        out = evaluate(parts.router.policy, env, cfg.env.max_steps, list(parts.groups), episodes=n,
-                       callback=recorder)
+        out = evaluator(callback=recorder)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
-        for e in (env, parts.env):
-            if not e.is_closed:
-                e.close()
+        evaluator.close()
+        if not parts.env.is_closed:
+            parts.env.close()
     result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episodes": out.episodes,
               "episode_reward": out.returns}
     if recorder is not None:

@@ -21,6 +21,7 @@ import sys
 import marl_ppo.run.checkpoints as checkpoints
 import marl_ppo.run.logger as run_logging
 import marl_ppo.run.trainer as trainer
+from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.cli import main
 
 
@@ -30,7 +31,7 @@ def die() -> None:
 
 def arm(point: str, iteration: int) -> None:
     if point == "update":
-        real_update, real_step = trainer.ppo_update, trainer.AggregatedStep.__call__
+        real_update, real_step = trainer.ppo_update, AggregatedStep.__call__
         calls = {"n": 0}
 
         def update(*args, **kwargs):
@@ -41,7 +42,7 @@ def arm(point: str, iteration: int) -> None:
                     die()
                     return out
 
-                trainer.AggregatedStep.__call__ = step
+                AggregatedStep.__call__ = step
             return real_update(*args, **kwargs)
 
         trainer.ppo_update = update

@@ -31,7 +31,7 @@ from marl_ppo.suite import (
     Suite,
     SuiteError,
     TaskSpec,
-    _band,
+    confidence_band,
     main,
     plan,
     plot_suite,
@@ -107,8 +107,8 @@ def test_tiny_suite_marl_eval_json(tiny_run):
                 assert step["return"] == step["agents_return"]  # one group: the mean over groups is its return
             absolute = run["absolute_metrics"]
             assert set(absolute) == {"return", "agents_return"}
-            # 10 x log.eval_episodes (2) deterministic episodes of the final policy, one value each
-            assert len(absolute["return"]) >= 20
+            # 10 x log.eval_episodes (2) deterministic episodes of the final policy, one value each, exactly
+            assert len(absolute["return"]) == len(absolute["agents_return"]) == 20
             assert all(isinstance(x, float) and math.isfinite(x) for x in absolute["return"])
 
 
@@ -198,12 +198,12 @@ def test_plot_suite_from_a_dict_with_bootstrap_band(tmp_path):
 
 
 def test_t_band_known_answer():
-    mean, low, high = _band([1.0, 2.0, 3.0], "t")
+    mean, low, high = confidence_band([1.0, 2.0, 3.0], "t")
     # mean 2, standard error 1/sqrt(3), t(0.975, 2 dof) = 4.3027
     assert mean == pytest.approx(2.0)
     assert high - mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
     assert mean - low == pytest.approx(high - mean)
-    assert _band([5.0], "t") == (5.0, 5.0, 5.0)  # one seed: no band
+    assert confidence_band([5.0], "t") == (5.0, 5.0, 5.0)  # one seed: no band
 
 
 # -- schema errors ---------------------------------------------------------------------------------
@@ -343,3 +343,30 @@ def test_main_dry_run_lists_the_runs(capsys, tmp_path):
     assert main([str(TINY), "--dry-run", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and lines[0].startswith("vmas/navigation/mappo/seed_0")
+
+
+def test_final_evaluation_counts_exactly_the_requested_episodes(tmp_path):
+    """PettingZoo copies step one by one, so the evaluation shares the episodes out between at most
+    env.num_envs copies: 5 episodes on 2 copies is 3 + 2, not 2 rounds of 2 copies (6, the count a
+    fixed-length rollout gave), and the figure is the run's own evaluation of those episodes."""
+    from marl_ppo.config import load_config
+    from marl_ppo.run.evaluation import Evaluator
+    from marl_ppo.run.trainer import Trainer
+    from marl_ppo.suite import final_evaluation
+
+    cfg = load_config(ROOT / "configs" / "simple_spread.yaml", [
+        "env.num_envs=2", "env.max_steps=5", "env.kwargs.N=2", "train.frames_per_batch=10", "train.total_frames=10",
+        "train.minibatch_size=10", "train.num_epochs=1", "model.hidden=[8]", "log.progress=false", "log.plot=false",
+        "log.eval_every=0", "log.eval_episodes=2", "log.checkpoint_every=0"])
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    trainer.fit()
+    metrics = final_evaluation(trainer, 5)
+    assert len(metrics["return"]) == len(metrics["agent_return"]) == 5
+    evaluator = Evaluator(cfg, trainer.parts.router.policy, ["agent"], episodes=5)
+    try:
+        result = evaluator()
+    finally:
+        evaluator.close()
+    assert result.episodes == 5
+    assert metrics["agent_return"] == result.per_episode["agent"]
+    assert sum(metrics["return"]) / 5 == pytest.approx(result.returns["agent"])

@@ -26,6 +26,7 @@ import pytest
 from torchrl.envs import ParallelEnv
 import torch
 
+import marl_ppo.run.build as build_mod
 import marl_ppo.run.trainer as trainer_mod
 from marl_ppo import RewardTableError
 from marl_ppo.config import Config, ConfigError, from_yaml, load_config
@@ -126,7 +127,7 @@ def test_train_twice_is_deterministic(tmp_path):
     for key in pa:
         assert torch.equal(pa[key], pb[key]), key
     # and the parameters did move away from the initialisation of a fresh build
-    fresh = trainer_mod.build(cfg).router.state_dict()
+    fresh = build_mod.build(cfg).router.state_dict()
     assert any(not torch.equal(fresh[k], pa[k]) for k in pa if pa[k].is_floating_point())
 
 
@@ -477,7 +478,7 @@ def test_default_run_dir_is_root_slash_run_name(tmp_path):
 
 def test_non_finite_loss_checked_once_per_epoch_names_the_bad_minibatch(monkeypatch):
     # the accelerator path (no host sync per step) must still stop, and name the group and term
-    parts = trainer_mod.build(make_config())
+    parts = build_mod.build(make_config())
     with torch.no_grad():
         batch = parts.reward_table(parts.env.rollout(10, parts.router.policy, break_when_any_done=False))
     parts.router.compute_advantages(batch)
@@ -568,7 +569,7 @@ def test_checkpoint_loads_onto_another_device(tmp_path):
     # a run's checkpoint is read to CPU first, then copied onto the modules' device
     run = tmp_path / "run"
     Trainer(make_config(), run_dir=run).fit()
-    cfg, parts = trainer_mod.load_policy(run, device="cpu")
+    cfg, parts = build_mod.load_policy(run, device="cpu")
     assert cfg.train.device == "cpu" and cfg.env.device == "cpu"
     saved = last_checkpoint(run)["router"]
     for k, v in parts.router.state_dict().items():

@@ -217,6 +217,10 @@ class GroupRouter(nn.Module):
             bundle.loss._apply(fn)  # LossModule._apply takes no recurse flag
         return self
 
+    def head_entropy_coeffs(self) -> dict[str, list[float]]:
+        """Each group's per-head entropy coefficients as they stand (in the order of :attr:`heads`)."""
+        return {g: loss.head_entropy_coeffs.tolist() for g, loss in self.losses.items()}
+
     def set_entropy_scale(self, scale: float) -> None:
         """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""
         for loss in [*self.losses.values(), *(b.loss for b in self._bundles)]:

@@ -69,6 +69,7 @@ def ppo_update(
     check_each_step: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
     seq_len: int | None = None,
+    generator: torch.Generator | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
@@ -80,6 +81,9 @@ def ppo_update(
     With a recurrent model (``router.recurrent_keys``), the samples are chunks of ``seq_len``
     consecutive steps of one env (``minibatch_size / seq_len`` chunks a minibatch), replayed in
     torchrl's recurrent mode from the hidden states stored at collection.
+
+    ``generator`` draws the minibatch order (the training state's own, see
+    :class:`~marl_ppo.core.state.TrainState`); ``None`` draws it from the global torch RNG.
     """
     selected = batch.select(*_update_keys(router))
     recurrent = bool(router.recurrent_keys)
@@ -99,7 +103,7 @@ def ppo_update(
         check_each_step = all(p.device.type == "cpu" for p in step.params)
     total, count = None, 0
     for _ in range(num_epochs):
-        perm = torch.randperm(n, device=flat.device)
+        perm = torch.randperm(n, device=flat.device, generator=generator)
         logged = []
         for i in range(n_minibatches):
             with mode():

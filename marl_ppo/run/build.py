@@ -28,6 +28,7 @@ from marl_ppo.collect.collectors import BatchCollector, make_collector
 from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, make_env
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs
@@ -35,7 +36,7 @@ from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.run.checkpoints import load_checkpoint
 
-__all__ = ["Parts", "build", "build_collector", "worker_env_fns", "load_policy", "seed_everything", "record_factory",
+__all__ = ["Parts", "build", "train_state", "build_collector", "worker_env_fns", "load_policy", "seed_everything", "record_factory",
            "WORKER_SEED_STRIDE"]
 
 WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (worker 0: the direct run's seed)
@@ -105,6 +106,17 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
                           weights=cfg.loss.group_weights)
     return Parts(env, groups, bound, router, step)
 
+
+
+def train_state(cfg: Config, parts: Parts) -> TrainState:
+    """The run's :class:`~marl_ppo.core.state.TrainState` around ``parts``: its learning-rate schedule
+    (``train.lr_schedule``: constant, or linear to 0 over ``train.iterations``) and counters at 0."""
+    iterations = cfg.train.iterations
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        parts.step.optimizer,
+        (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
+    )
+    return TrainState(parts.router, parts.step, scheduler)
 
 
 def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:

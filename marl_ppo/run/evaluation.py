@@ -1,39 +1,59 @@
-"""Deterministic evaluation: exactly ``episodes`` episodes, their mean return per group.
+"""The one evaluation: exactly ``episodes`` deterministic episodes, their returns per group.
 
-Works on any batched or unbatched env: the episodes are shared out between the env's copies
-(copy ``i`` runs ``episodes // copies`` of them, one more for the first ``episodes % copies``),
-each copy resets itself when an episode ends, and only the first episodes of each copy count,
-so short episodes are not over-represented.
+:func:`evaluate` runs a policy on any batched or unbatched env: the episodes are shared out between
+the env's copies (copy ``i`` runs ``episodes // copies`` of them, one more for the first
+``episodes % copies``), each copy resets itself when an episode ends, and only the first episodes
+of each copy count, so short episodes are not over-represented.
+
+:class:`Evaluator` is how a run evaluates: training (``log.eval_every``, the final evaluation),
+``marl-ppo eval`` and a suite's final evaluation all use it, so the same policy gives the same
+figure everywhere. One seed rule: the evaluation envs are built and reseeded from
+``train.seed + EVAL_SEED_OFFSET`` before every evaluation, and the training's random streams
+(global and VMAS's shared one) are restored afterwards.
 
 >>> from marl_ppo.envs import EnvConfig, make_env
 >>> env = make_env(EnvConfig(scenario="navigation", num_envs=3, max_steps=5, kwargs={"n_agents": 2}))
 >>> result = evaluate(None, env, max_steps=5, groups=["agents"], episodes=7)
->>> result.episodes, sorted(result.returns)
-(7, ['agents'])
+>>> result.episodes, sorted(result.returns), len(result.per_episode["agents"])
+(7, ['agents'], 7)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from tensordict import TensorDictBase
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
-__all__ = ["EvalResult", "evaluate"]
+from marl_ppo.config import Config
+from marl_ppo.envs import EnvFactory, eval_num_envs, make_env
+from marl_ppo.groups.specs import GroupKeys
+from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.run.checkpoints import preserved_rng
+
+__all__ = ["EvalResult", "evaluate", "Evaluator", "EVAL_SEED_OFFSET"]
+
+EVAL_SEED_OFFSET = 10_000  # evaluation envs: train.seed + this, reseeded before every evaluation
 
 
 @dataclass
 class EvalResult:
-    """Mean return per group over ``episodes`` completed episodes (0: none ended, return so far)."""
+    """Mean return per group over ``episodes`` completed episodes, and each episode's return.
+
+    ``per_episode[group]`` lists the counted episodes' returns (mean over the group's agents), in
+    the order they ended; the groups' lists are aligned (episodes end for every group at once). When
+    no episode ended (``episodes == 0``), ``returns`` is the return so far and ``per_episode`` empty.
+    """
 
     returns: dict[str, float]
     episodes: int
+    per_episode: dict[str, list[float]] = field(default_factory=dict)
 
 
 @torch.no_grad()
 def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: EnvBase, max_steps: int,
-             groups: list[str], *, episodes: int, callback: Callable | None = None) -> EvalResult:
+             groups: Sequence[str], *, episodes: int, callback: Callable | None = None) -> EvalResult:
     """Runs ``policy`` (``None``: random actions) deterministically until ``episodes`` episodes ended.
 
     Stops after ``(episodes per copy + 1) * max_steps`` steps at most (an env whose episodes never
@@ -44,8 +64,10 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
     quota = torch.full((copies,), episodes // copies, dtype=torch.long)
     quota[: episodes % copies] += 1
     ended = torch.zeros(copies, dtype=torch.long)
+    keys = {g: GroupKeys.for_group(g).episode_reward for g in groups}
     totals = {g: torch.zeros(()) for g in groups}
-    counted = 0
+    counted: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
+    n = 0
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         td = env.reset()
         if callback is not None:
@@ -57,16 +79,52 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
             done = nxt.get("done").reshape(copies).cpu()
             count = done & (ended < quota)
             for g in groups:
-                ep = nxt.get((g, "episode_reward")).mean(dim=(-2, -1)).reshape(copies).cpu()
+                ep = nxt.get(keys[g]).mean(dim=(-2, -1)).reshape(copies).cpu()
                 totals[g] += ep[count].sum()
-            counted += int(count.sum())
+                counted[g].append(ep[count])
+            n += int(count.sum())
             ended += done.long()
             if bool((ended >= quota).all()):
                 break
             if callback is not None:  # as torchrl's rollout: not after the last step
                 callback(env, td)
             td = td_next
-    if counted == 0:  # no episode ended: report the return so far
-        returns = {g: nxt.get((g, "episode_reward")).mean().item() for g in groups}
-        return EvalResult(returns, 0)
-    return EvalResult({g: (totals[g] / counted).item() for g in groups}, counted)
+    if n == 0:  # no episode ended: report the return so far
+        return EvalResult({g: nxt.get(keys[g]).mean().item() for g in groups}, 0)
+    return EvalResult({g: (totals[g] / n).item() for g in groups}, n,
+                      {g: torch.cat(counted[g]).tolist() for g in groups})
+
+
+class Evaluator:
+    """A run's evaluation of ``policy``: exactly ``episodes`` episodes on envs of the run's ``env`` section.
+
+    The env copies (:func:`~marl_ppo.envs.eval_num_envs`) are built on first use, primed with the
+    policy's recurrent state entries and moved to ``train.device``, and reseeded from
+    ``train.seed + EVAL_SEED_OFFSET`` before every call, so every evaluation plays the same episodes;
+    building and running them leaves the training's random streams as they were. ``env_fn`` builds
+    the env instead of ``cfg.env`` (a notebook's factory).
+    """
+
+    def __init__(self, cfg: Config, policy, groups: Sequence[str], *, episodes: int,
+                 env_fn: EnvFactory | None = None) -> None:
+        self.cfg, self.policy, self.groups, self.episodes, self.env_fn = cfg, policy, list(groups), episodes, env_fn
+        self.seed = cfg.train.seed + EVAL_SEED_OFFSET
+        self.env: EnvBase | None = None
+
+    def __call__(self, callback: Callable | None = None) -> EvalResult:
+        cfg = self.cfg
+        with preserved_rng():  # also VMAS's stream, which its training envs share with this one
+            if self.env is None:
+                n = eval_num_envs(cfg.env, self.episodes)
+                env = make_env(cfg.env, seed=self.seed, num_envs=n, env_fn=self.env_fn)
+                # on the policy's device, as the collector puts the training env
+                self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
+            self.env.set_seed(self.seed)
+            return evaluate(self.policy, self.env, cfg.env.max_steps, self.groups, episodes=self.episodes,
+                            callback=callback)
+
+    def close(self) -> None:
+        """Closes the evaluation envs (worker processes of ``env.parallel=true`` end here)."""
+        if self.env is not None and not self.env.is_closed:
+            self.env.close()
+        self.env = None

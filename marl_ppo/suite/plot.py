@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 from marl_ppo.suite.marl_eval import validate_marl_eval
 
 
-def _band(values, ci: str, level: float = 0.95) -> tuple[float, float, float]:
+def confidence_band(values, ci: str, level: float = 0.95) -> tuple[float, float, float]:
     """Mean and a ``level`` confidence interval of the mean over seeds (no band for one seed)."""
     import numpy as np
     from scipy import stats
@@ -55,7 +55,7 @@ def suite_curves(data: Mapping[str, Any], *, metric: str = "return", ci: str = "
                 xs, mean, low, high = [], [], [], []
                 for k in sorted(by_step):
                     counts, vals = zip(*by_step[k])
-                    m, lo, hi = _band(vals, ci)
+                    m, lo, hi = confidence_band(vals, ci)
                     xs.append(float(np.mean(counts)))
                     mean.append(m)
                     low.append(lo)

@@ -23,12 +23,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
+from marl_ppo.suite.jobs import RunResult, execute, record_failure
 from marl_ppo.suite.spec import Job, SuiteError
-
-if TYPE_CHECKING:
-    from marl_ppo.suite.runner import RunResult
 
 __all__ = ["run_on_ray", "TOKEN_FILE"]
 
@@ -66,18 +64,16 @@ def _task(job_record: dict[str, Any], token_path: str, token: str, shared: Optio
     import socket
     import warnings
 
-    from marl_ppo.suite.runner import _execute
-
     warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
     job = Job(**job_record)
     node = socket.gethostname()
     if shared if shared is not None else _sees(token_path, token):
-        res = _execute(job)
+        res = execute(job)
         return {"status": res.status, "error": res.error, "seconds": res.seconds, "node": node, "files": None}
     tmp = tempfile.mkdtemp(prefix="marl-ppo-job-")
     try:
         local = dataclasses.replace(job, run_dir=str(Path(tmp) / Path(job.run_dir).name))
-        res = _execute(local)
+        res = execute(local)
         return {"status": res.status, "error": res.error, "seconds": res.seconds, "node": node,
                 "files": _pack(Path(local.run_dir)), "worker_dir": local.run_dir}
     finally:
@@ -102,8 +98,6 @@ def run_on_ray(jobs: list[Job], out_dir: Path, echo: Callable[[str], None], *, a
     """Runs ``jobs`` (already prepared in ``out_dir``) as Ray tasks; their results in job order."""
     import ray
     from ray.exceptions import RayError
-
-    from marl_ppo.suite.runner import RunResult, record_failure
 
     if not jobs:
         return []

@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from marl_ppo.suite.jobs import RunResult, execute, record_failure
 from marl_ppo.suite.spec import Job, SlurmSpec, SuiteError
-
-if TYPE_CHECKING:
-    from marl_ppo.suite.runner import RunResult
 
 __all__ = ["run_on_slurm", "executor_parameters"]
 
@@ -26,10 +24,8 @@ def _array_job(job_record: dict[str, Any]) -> dict[str, Any]:
     """One array job: runs the suite job on the compute node and returns its result."""
     import warnings
 
-    from marl_ppo.suite.runner import _execute
-
     warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
-    res = _execute(Job(**job_record))
+    res = execute(Job(**job_record))
     return {"status": res.status, "error": res.error, "seconds": res.seconds}
 
 
@@ -57,8 +53,6 @@ def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable
         import submitit
     except ImportError as err:
         raise SuiteError("the slurm launcher needs submitit: pip install 'marl-ppo[cluster]'") from err
-    from marl_ppo.suite.runner import RunResult, record_failure
-
     if not jobs:
         return []
     executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)

@@ -1,0 +1,30 @@
+"""A run's directory: its name, and the rule that a new run never writes into another run's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from marl_ppo.config import Config
+
+__all__ = ["run_directory"]
+
+
+def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
+    """The run's directory. A new run never writes into another run's directory: the default name
+    (``<log.root>/<run name>``) gets the next free ``-2``, ``-3``... suffix, and an explicit directory
+    holding a run is refused; a resumed run uses the directory as it is."""
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        if not resume and (run_dir / "config.yaml").exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run; resume it (marl-ppo train --resume {run_dir}) "
+                "or choose another directory"
+            )
+        return run_dir
+    base = Path(cfg.log.root) / cfg.run_name()
+    if resume:
+        return base
+    path, n = base, 1
+    while (path / "config.yaml").exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path

@@ -1,0 +1,100 @@
+"""Resuming a run: which checkpoint, what it restores, and the notes saying so.
+
+:func:`resume_point` picks the newest usable checkpoint of a run directory (see
+:func:`~marl_ppo.run.checkpoints.choose_checkpoint`) and loads it into the run's
+:class:`~marl_ppo.core.state.TrainState`; :func:`write_resume_log` records what happened in
+``resume.log`` and on stderr (see ``docs/runs.md``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from marl_ppo.config import Config
+from marl_ppo.core.state import TrainState
+from marl_ppo.run.checkpoints import choose_checkpoint
+
+__all__ = ["ResumePoint", "resume_point", "network_mismatch", "write_resume_log"]
+
+
+@dataclass
+class ResumePoint:
+    """What a resume found: the checkpoint's RNG states (``None``: no checkpoint, a fresh start) and notes."""
+
+    rng: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
+    """Why a checkpoint's networks do not fit ``router``'s, or ``None``."""
+    own, theirs = router.state_dict(), state["router"]
+    missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
+    if missing or extra:
+        return (f"its networks do not match this run's ({len(missing)} parameters missing, e.g. "
+                f"{missing[:1]}; {len(extra)} unexpected, e.g. {extra[:1]}): written by another config?")
+    for k, v in own.items():
+        if tuple(theirs[k].shape) != tuple(v.shape):
+            return f"parameter {k!r} has shape {tuple(theirs[k].shape)} there, {tuple(v.shape)} in this run"
+    return None
+
+
+def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
+    """Loads the newest usable checkpoint of ``run_dir`` into ``state``; what was found and why."""
+    ckpt_dir = run_dir / "checkpoints"
+    if not (run_dir / "config.yaml").exists() and not ckpt_dir.exists():
+        raise FileNotFoundError(f"cannot resume: {run_dir} holds no run (no config.yaml, no checkpoint)")
+    choice = choose_checkpoint(ckpt_dir, lambda ckpt: network_mismatch(state.router, ckpt))
+    notes = list(choice.notes)
+    if choice.state is None:
+        notes.append("no checkpoint: the run starts afresh in its directory (its logs are cleared)")
+        return ResumePoint(None, notes)
+    ckpt = choice.state
+    state.load_state_dict(ckpt)
+    notes.append(f"resumed from {choice.path.name} (iteration {state.iteration}, {state.frames} frames)")
+    if cfg.train.collector.backend != "direct":
+        notes.append(
+            f"train.collector.backend={cfg.train.collector.backend}: the collector workers' random "
+            "streams are not in checkpoints, so the run goes on as an uninterrupted one would in "
+            "distribution, not bit for bit (backend direct resumes exactly)"
+        )
+    if not ckpt.get("episode_boundary", False) and state.frames < cfg.train.total_frames:
+        notes.append(
+            "this checkpoint was written at a signal or at the end of a run, not at a periodic checkpoint: "
+            "the envs restart their episodes here, which an uninterrupted run would not have done, so the "
+            "run goes on deterministically but not bit for bit as an uninterrupted run would"
+        )
+    return ResumePoint(ckpt["rng"], notes)
+
+
+def write_resume_log(run_dir: Path, notes: list[str], iteration: int) -> list[str]:
+    """Says on stderr and in ``resume.log`` which checkpoint was used and why others were skipped; returns
+    the notes written.
+
+    The ``error.txt`` that ended the previous session moves into ``resume.log`` whole; evaluation
+    videos of iterations after the checkpoint go (they will be made again).
+    """
+    notes = list(notes)
+    previous = run_dir / "error.txt"
+    previous_text = previous.read_text() if previous.exists() else None
+    if previous_text is not None:  # the error that ended the previous session; this one starts clean
+        first = previous_text.splitlines()[:1]
+        notes.append(f"the previous session ended with: {first[0] if first else '(empty error.txt)'}")
+    for video in (run_dir / "videos").glob("eval_iter*.gif"):  # evaluations that will run again
+        if int(video.stem.removeprefix("eval_iter")) > iteration:
+            video.unlink()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(run_dir / "resume.log", "a") as f:
+        for note in notes:
+            f.write(f"{stamp} {note}\n")
+        if previous_text is not None:  # kept whole here, then error.txt goes
+            f.write("".join(f"    {line}\n" for line in previous_text.splitlines()))
+    if previous_text is not None:
+        previous.unlink()
+    for note in notes:
+        print(f"marl-ppo resume: {note}", file=sys.stderr)
+    return notes
