@@ -151,8 +151,8 @@ class GroupBundle:
     Args:
         spec: the bundle's spec (:func:`bundle_spec`).
         groups: the bundled groups' names, in concatenation order.
-        loss: a torchrl PPO loss on the bundle's keys, built with ``reduction="none"``, whose
-            ``_record_elements`` is set (see ``router._PerHeadLoss``).
+        loss: a torchrl PPO loss on the bundle's keys, built with ``reduction="none"`` and
+            ``per_element=True`` (see :class:`~marl_ppo.core.losses.LossRecord`).
         head_diagnostics: the router's per-head diagnostics for composite actions, called as
             ``(action_key, new_log_prob, td, entropy, reduce)`` with a ``reduce`` from per-element
             tensors to one value per group.
@@ -188,11 +188,9 @@ class GroupBundle:
         loss = self.loss
         try:
             out = loss(bundled)
-            log_weight, kl, entropy = loss._recorded_log_weight, loss._recorded_kl, loss._recorded_entropy
-            new_lp = loss._recorded_log_prob
         finally:
-            loss._recorded_log_weight = loss._recorded_kl = loss._recorded_entropy = None
-            loss._recorded_log_prob = None
+            record = loss.record.take()  # this call's per-element tensors (see core.losses.LossRecord)
+        log_weight, kl, entropy, new_lp = record.log_weight, record.kl, record.entropy, record.log_prob
 
         per_group: dict[str, torch.Tensor] = {}
         count = None if mask is None else _by_group(mask, dim, k).sum(1).clamp_min(1)

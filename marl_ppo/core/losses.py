@@ -22,6 +22,9 @@ signature we override, so that an upgrade fails loudly there instead of silently
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tensordict import is_tensor_collection
@@ -31,7 +34,7 @@ from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
 
-__all__ = ["LOSSES", "OVERRIDDEN"]
+__all__ = ["LOSSES", "OVERRIDDEN", "LossRecord"]
 
 # name -> the parameters (after self) of torchrl's method we override
 OVERRIDDEN = {
@@ -50,21 +53,61 @@ _FINITE_ENTROPY = (StableTanhNormal, IndependentNormal, MultiCategorical, OneHot
                    torch.distributions.Categorical)
 
 
+@dataclass
+class LossRecord:
+    """What one call of a group's loss leaves for its caller beyond torchrl's output tensordict.
+
+    The one place a loss keeps anything between torchrl's internal calls and its caller: written
+    during ``forward`` by the overridden methods, read and cleared by the caller right after the
+    call (:meth:`take`). ``log_prob`` (each head's new log-prob) is recorded for composite actions,
+    for the per-head diagnostics; ``log_weight``, ``kl`` and ``entropy`` per element only when the
+    loss was built with ``per_element=True`` (a bundle, which reduces them per group).
+    """
+
+    per_element: bool = False
+    log_prob: Any = None
+    log_weight: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+    entropy: Any = None
+
+    def take(self) -> "LossRecord":
+        """This call's records, cleared here (a kept record would keep its autograd graph)."""
+        out = LossRecord(self.per_element, self.log_prob, self.log_weight, self.kl, self.entropy)
+        self.log_prob = self.log_weight = self.kl = self.entropy = None
+        return out
+
+
 class _PerHeadLoss:
     """Mixed into torchrl's PPO losses: records each head's current log-prob for per-head
     diagnostics, and weights each head's entropy by a schedulable coefficient.
 
     torchrl's own mapping mode for per-head entropy coefficients keeps a dummy buffer and cannot
     be scheduled, and it needs the full nested ``*_entropy`` key; this takes short head names.
+
+    Everything beyond torchrl's own arguments is given here, at construction:
+
+    * ``head_coeffs``: each head's entropy coefficient, in the order of ``entropy_heads`` (buffers
+      ``head_entropy_coeffs`` and ``base_head_entropy_coeffs``, in the state_dict);
+    * ``entropy_heads``: a composite action's ``*_entropy`` keys -> their index in ``head_coeffs``;
+    * ``value_norm``: the critic's normaliser (value normalisation; held, not registered: it is the
+      critic's);
+    * ``mask_key``: torchrl's ``loss_mask_key`` (padding entries, e.g. agents that left);
+    * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`).
     """
 
-    _recorded_log_prob = None
-    _entropy_heads: dict = {}
-    _entropy_trained = True  # False when every head's coefficient is 0: the entropy is only logged
-    # A bundle's loss (reduction="none") also records the per-element log-weight, approximate KL
-    # and entropy, from which the bundle reduces each group's diagnostics.
-    _record_elements = False
-    _recorded_log_weight = _recorded_kl = _recorded_entropy = None
+    def __init__(self, actor_network, critic_network, *, head_coeffs: Sequence[float],
+                 entropy_heads: Mapping | None = None, value_norm: Any = None, mask_key: Any = None,
+                 per_element: bool = False, **kwargs) -> None:
+        super().__init__(actor_network, critic_network, **kwargs)
+        self.register_buffer("head_entropy_coeffs", torch.tensor(list(head_coeffs), dtype=torch.float32))
+        self.register_buffer("base_head_entropy_coeffs", self.head_entropy_coeffs.clone())
+        self._entropy_trained = any(c != 0.0 for c in head_coeffs)  # else the entropy is only logged
+        self._entropy_heads = dict(entropy_heads or {})
+        if not self._entropy_heads:
+            self.entropy_coeff.fill_(head_coeffs[0])
+        object.__setattr__(self, "_value_norm", value_norm)  # the critic's, not a second registration
+        self.loss_mask_key = mask_key
+        self.record = LossRecord(per_element)
 
     def _get_entropy(self, dist, adv_shape):
         with contextlib.nullcontext() if self._entropy_trained else torch.no_grad():
@@ -77,24 +120,24 @@ class _PerHeadLoss:
                 entropy = dist.entropy().unsqueeze(-1)
             else:
                 entropy = super()._get_entropy(dist, adv_shape)
-        if self._record_elements:
-            self._recorded_entropy = entropy
+        if self.record.per_element:
+            self.record.entropy = entropy
         return entropy
 
     def _log_weight(self, tensordict, adv_shape):
         out = super()._log_weight(tensordict, adv_shape)
-        if self._record_elements:
-            self._recorded_log_weight, self._recorded_kl = out[0], out[2]
+        if self.record.per_element:
+            self.record.log_weight, self.record.kl = out[0], out[2]
         return out
 
     def _get_cur_log_prob(self, tensordict, params=None):
         log_prob, dist, is_composite = super()._get_cur_log_prob(tensordict, params)
         if params is None and is_composite:
-            self._recorded_log_prob = log_prob
+            self.record.log_prob = log_prob
         return log_prob, dist, is_composite
 
     def _critic_loss_inputs(self, target_return, state_value, old_state_value):
-        norm = self.__dict__.get("_value_norm")  # the critic's normaliser, not a second registration
+        norm = self._value_norm
         if norm is None:
             return super()._critic_loss_inputs(target_return, state_value, old_state_value)
         old = None if old_state_value is None else norm.normalize(old_state_value)

@@ -36,18 +36,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.objectives import ValueEstimators
-from torchrl.objectives.value import MultiAgentGAE
 
+from marl_ppo.core.advantages import check_trailing_one, compute_advantages, group_estimator
 from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.core.losses import LOSSES as _LOSSES
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
 from marl_ppo.models.options import ModelConfig
-from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, update_value_norm, value_norms
+from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_norms
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
-__all__ = ["GroupRouter", "LossAlgorithm"]
+__all__ = ["GroupRouter", "LossAlgorithm", "LEGACY_STATE_PREFIXES"]
 
 LossAlgorithm = Literal["mappo", "ippo", "clip_ppo"]
 
@@ -120,37 +119,24 @@ class GroupRouter(nn.Module):
         )
         if algorithm == "clip_ppo":
             self._loss_kwargs["normalize_advantage_exclude_dims"] = (-2,)
+        # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
+        self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
         self.losses = nn.ModuleDict()
         for g, spec in self.groups.items():
-            loss = self._make_loss(spec, actors[g], _on_group_keys(critics[g], spec), head_coeffs[g])
-            loss.make_value_estimator(ValueEstimators.MAGAE, gamma=gamma, lmbda=lmbda)
+            norm = self._value_norms.get(g, (None,))[0]
+            loss = self._make_loss(spec, actors[g], _on_group_keys(critics[g], spec), head_coeffs[g], value_norm=norm)
+            # the one GAE path (core/advantages.py): torchrl's estimator on the values our call wrote
+            loss.make_value_estimator(group_estimator(spec.keys, gamma=gamma, lmbda=lmbda))
             self.losses[g] = loss
-        # Critics whose values GAE takes from one call of ours (`_values`), not from torchrl's
-        # estimator calling the critic itself: a recurrent critic (torchrl's estimator marks the
-        # next step of every episode start as a start too, which would reset the stored hidden
-        # state of the next observation's value) and a critic that writes several groups' values
-        # (one call for all of them instead of one per group).
-        self._value_calls: dict[str, TensorDictModule] = {}
-        self._estimators = nn.ModuleDict()
-        for g, spec in self.groups.items():
-            critic = self.losses[g].critic_network
-            if recurrent_modules(critic) or len(critic.out_keys) > 1:
-                self._value_calls[g] = critic
-                estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
-                estimator.set_keys(**{k: getattr(self.losses[g].value_estimator.tensor_keys, k) for k in
-                                      ("advantage", "value_target", "value", "reward", "done", "terminated")})
-                self._estimators[g] = estimator
+        self._critics = {g: loss.critic_network for g, loss in self.losses.items()}
         # Collection runs the actors, and the recurrent critics too: their hidden states are
         # collected with the data, and the advantages and the update start from them.
-        recurrent_critics = {id(c): c for g, c in self._value_calls.items() if recurrent_modules(c)}
+        recurrent_critics = {id(c): c for c in self._critics.values() if recurrent_modules(c)}
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *recurrent_critics.values())
         self.recurrent_keys = state_keys(self.policy)  # stored states + "is_init"; [] without a recurrent model
         self._reads_own_group_only = {g: _reads_own_group_only(spec, self.losses[g].critic_network)
                                       for g, spec in self.groups.items()}
-        # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
-        self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
-        for g, (norm, _) in self._value_norms.items():
-            object.__setattr__(self.losses[g], "_value_norm", norm)  # read by the loss; registered in the critic
+        self._register_load_state_dict_pre_hook(_drop_legacy_keys)
         # Not registered as submodules: a bundle holds no parameters of its own, and the router's
         # state_dict stays the groups' (see _apply for devices).
         self._bundles: list[GroupBundle] = []
@@ -160,10 +146,15 @@ class GroupRouter(nn.Module):
                 self._bundles.append(self._make_bundle(f"__bundle{i}__", names, actors, critics, head_coeffs))
         self._bundled = {g: b for b in self._bundles for g in b.groups}
 
-    def _make_loss(self, spec: GroupSpec, actor, critic, coeffs: list[float], **extra) -> nn.Module:
+    def _make_loss(self, spec: GroupSpec, actor, critic, coeffs: list[float], *, value_norm=None,
+                   per_element: bool = False, **extra) -> nn.Module:
         """One group's torchrl PPO loss, on the group's keys, with its heads' entropy coefficients."""
-        loss = _LOSSES[self.algorithm](actor, critic, **self._loss_kwargs, **extra)
         keys = spec.keys
+        entropy_heads = ({_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
+                         if spec.is_composite_action else None)
+        loss = _LOSSES[self.algorithm](actor, critic, head_coeffs=coeffs, entropy_heads=entropy_heads,
+                                       value_norm=value_norm, mask_key=keys.mask, per_element=per_element,
+                                       **self._loss_kwargs, **extra)
         loss.set_keys(
             value=keys.value,
             advantage=keys.advantage,
@@ -174,16 +165,6 @@ class GroupRouter(nn.Module):
         )
         if not spec.is_composite_action:
             loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
-        # head entropy coefficients, in the order of the loss's *_entropy keys
-        loss.register_buffer("head_entropy_coeffs", torch.tensor(coeffs, dtype=torch.float32))
-        loss.register_buffer("base_head_entropy_coeffs", loss.head_entropy_coeffs.clone())
-        loss._entropy_trained = any(c != 0.0 for c in coeffs)
-        if spec.is_composite_action:
-            heads = action_heads(spec)
-            loss._entropy_heads = {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(heads)}
-        else:
-            loss.entropy_coeff.fill_(coeffs[0])
-        loss.loss_mask_key = keys.mask
         return loss
 
     def _make_bundle(self, name: str, members: list[str], actors, critics, head_coeffs) -> GroupBundle:
@@ -198,10 +179,8 @@ class GroupRouter(nn.Module):
         if sliced is not None:  # each group's slice de-normalised with its own statistics
             net = NormalizedValueNet(net, {name: sliced}, {})
         critic = TensorOutModule(net, in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
-        loss = self._make_loss(spec, actor, critic, head_coeffs[members[0]], reduction="none")
-        if sliced is not None:
-            object.__setattr__(loss, "_value_norm", sliced)
-        loss._record_elements = True
+        loss = self._make_loss(spec, actor, critic, head_coeffs[members[0]], value_norm=sliced, per_element=True,
+                               reduction="none")
         diagnostics = partial(_per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
         return GroupBundle(spec, members, loss, diagnostics)
 
@@ -254,68 +233,16 @@ class GroupRouter(nn.Module):
 
     # -- advantages ---------------------------------------------------------------------
 
-    @torch.no_grad()
     def compute_advantages(self, td: TensorDictBase) -> TensorDictBase:
         """Writes each group's advantage and value target, ``[*B, T, n_agents, 1]``, into ``td``.
 
         ``td`` is a rollout with its time dim last in the batch and the routed training
         reward/done present (see :class:`~marl_ppo.groups.reward_table.BoundRewardTable`). With value
         normalisation, each group's statistics then take in the batch's value targets (once per
-        batch: the epochs of the update see fixed statistics).
+        batch: the epochs of the update see fixed statistics). See :mod:`marl_ppo.core.advantages`.
         """
-        called: set[int] = set()
-        for g, loss in self.losses.items():
-            keys = self.groups[g].keys
-            for key in (keys.reward, keys.done, keys.terminated):
-                if ("next", *key) not in td.keys(include_nested=True):
-                    raise KeyError(
-                        f"group {g!r}: ('next', {key}) is missing; apply the bound reward table to the "
-                        "batch before computing advantages"
-                    )
-                self._check_trailing_one(td.get("next"), g, key, "training reward/done")
-            if g in self._value_calls:
-                critic = self._value_calls[g]
-                if id(critic) not in called:  # a critic of several groups runs once
-                    self._values(td, critic)
-                    called.add(id(critic))
-                self._estimators[g](td)
-            else:
-                loss.value_estimator(td)
-            self._check_trailing_one(td, g, keys.advantage, "advantage")
-            present = None
-            if keys.mask is not None and keys.mask in td.keys(include_nested=True):
-                _mask_padding(td, keys)
-                present = td.get(keys.mask)
-            if g in self._value_norms:  # once per batch, after GAE used the values of the old statistics
-                norm, layer = self._value_norms[g]
-                targets = td.get(keys.value_target)
-                update_value_norm(norm, (targets if present is None else targets[present]).reshape(-1, 1), layer)
-        return td
-
-    @staticmethod
-    def _values(td: TensorDictBase, critic: TensorDictModule) -> None:
-        """The critic's values of the steps and of their next observations, step by step from the
-        stored recurrent states; a critic writing several groups' values runs once for all."""
-        nxt = td.get("next")
-        for where in (td, nxt):
-            out = critic(where.select(*critic.in_keys, strict=False))
-            for key in critic.out_keys:
-                if not (isinstance(key, tuple) and key[0] == "next"):
-                    where.set(key, out.get(key))
-
-    def _check_trailing_one(self, td: TensorDictBase, group: str, key, what: str) -> None:
-        value = td.get(key)
-        expected = (*td.get(group).batch_size, 1)
-        if tuple(value.shape) != expected:
-            hint = (
-                " (it is missing its trailing 1; torchrl would sum the log-ratio over agents)"
-                if tuple(value.shape) == expected[:-1]
-                else ""
-            )
-            raise ValueError(
-                f"group {group!r}: {what} {key} has shape {list(value.shape)}{hint}; "
-                f"expected [*batch, n_agents, 1] = {list(expected)}"
-            )
+        estimators = {g: loss.value_estimator for g, loss in self.losses.items()}
+        return compute_advantages(td, self.groups, self._critics, estimators, self._value_norms)
 
     # -- losses -------------------------------------------------------------------------
 
@@ -329,7 +256,7 @@ class GroupRouter(nn.Module):
                     f"group {g!r}: no advantage at {keys.advantage}; call compute_advantages(batch) "
                     "on the full rollout before splitting it into minibatches"
                 )
-            self._check_trailing_one(td, g, keys.advantage, "advantage")
+            check_trailing_one(td, g, keys.advantage, "advantage")
             if g in self._bundled:
                 continue
             # the loss clones what it is given: give it its own group's entries, not every group's
@@ -341,7 +268,7 @@ class GroupRouter(nn.Module):
                 sub.set("shifted_valid", td.get(keys.mask))
             loss_td = loss(sub)
             if self.groups[g].is_composite_action:
-                new_lp, loss._recorded_log_prob = loss._recorded_log_prob, None
+                new_lp = loss.record.take().log_prob
                 entropy = loss_td.pop("composite_entropy", None)
                 for name, value in _per_head_diagnostics(
                     self.heads[g], self.clip_epsilon, keys.action, new_lp, td, entropy, torch.mean
@@ -375,18 +302,6 @@ def _per_head_diagnostics(
             if entropy is not None:
                 diag[head.name + ("entropy",)] = reduce(entropy.get(_head_key(action_key, head, "_entropy")))
     return diag
-
-
-def _mask_padding(td: TensorDictBase, keys) -> None:
-    """Agents absent at a step (PettingZoo ``mask`` False) get advantage 0 and value target = value.
-
-    Their entries are padding: the loss masks them (``loss_mask_key``), and this keeps them out of
-    every other use of the advantages and targets. The mask is ``[*B, T, n_agents]``.
-    """
-    present = td.get(keys.mask).unsqueeze(-1)
-    advantage = td.get(keys.advantage)
-    td.set(keys.advantage, torch.where(present, advantage, advantage.new_zeros(())))
-    td.set(keys.value_target, torch.where(present, td.get(keys.value_target), td.get(keys.value)))
 
 
 def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
@@ -453,3 +368,13 @@ def _head_coefficients(
         g: [float(given.get(f"{g}:{h.label}", given.get(h.label, default))) for h in group_heads]
         for g, group_heads in heads.items()
     }
+
+
+# Checkpoints written before the one GAE path held a second estimator for recurrent and global
+# critics (``_estimators.<group>.gamma/lmbda``, the same values as the loss's): dropped on load.
+LEGACY_STATE_PREFIXES = ("_estimators.",)
+
+
+def _drop_legacy_keys(state_dict, prefix, *args) -> None:
+    for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in LEGACY_STATE_PREFIXES))]:
+        del state_dict[key]

@@ -45,7 +45,7 @@ from torchrl.envs import EnvBase, ParallelEnv, SerialEnv, TransformedEnv
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.options import ConfigError
 from marl_ppo.envs.transforms import FlatObservation, needs_flattening
-from marl_ppo.run.signals import workers_ignore_stop_signals
+from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.envs.vmas import unknown_name
 
 __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks"]

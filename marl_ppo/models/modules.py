@@ -1,6 +1,8 @@
 """Small tensordict plumbing shared by the actors and critics."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -32,10 +34,14 @@ class TensorOutModule(TensorDictModule):
 
 
 
+# The agent MLP each actor/critic built here runs, by module: kept beside the modules, not set on
+# them (an actor is torchrl's ProbabilisticActor), and gone with the module.
+_GROUP_NETWORKS: "weakref.WeakKeyDictionary[nn.Module, nn.Module]" = weakref.WeakKeyDictionary()
+
+
 def stamp_network(module: nn.Module, net: nn.Module) -> nn.Module:
-    # Written past nn.Module.__setattr__: a plain attribute, not a second registration of `net`
-    # (the state_dict keeps one entry per parameter).
-    object.__setattr__(module, "_group_network", net)
+    """Records that ``module`` (an actor or critic built here) runs the agent MLP ``net``; returns ``module``."""
+    _GROUP_NETWORKS[module] = net
     return module
 
 
@@ -43,5 +49,5 @@ def group_network(module: nn.Module) -> nn.Module | None:
     """The agent MLP of an actor or critic built by :func:`build_actor` / :func:`build_critic`
     around one of our MLPs; ``None`` for any other module (the router then never bundles its
     group: a bundle rebuilds the group's actor from its spec around this network)."""
-    net = module.__dict__.get("_group_network")
+    net = _GROUP_NETWORKS.get(module)
     return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None

@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from marl_ppo.config import Config
+from marl_ppo.core.router import LEGACY_STATE_PREFIXES
 from marl_ppo.core.state import TrainState
 from marl_ppo.run.checkpoints import choose_checkpoint
 
@@ -32,7 +33,8 @@ class ResumePoint:
 
 def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
     """Why a checkpoint's networks do not fit ``router``'s, or ``None``."""
-    own, theirs = router.state_dict(), state["router"]
+    own = router.state_dict()
+    theirs = {k: v for k, v in state["router"].items() if not k.startswith(LEGACY_STATE_PREFIXES)}
     missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
     if missing or extra:
         return (f"its networks do not match this run's ({len(missing)} parameters missing, e.g. "

@@ -1,0 +1,120 @@
+"""Advantages per group, one path for every critic: our call of the critic, then torchrl's ``MultiAgentGAE``.
+
+Each group's loss holds a ``MultiAgentGAE`` built without a value network
+(:func:`group_estimator`, installed through torchrl's ``make_value_estimator(instance)``); the
+values it reads are written first by :func:`critic_values`, one call of each critic on the steps
+and one on their next observations. The same path serves a plain MLP critic, a recurrent one
+(which must read the hidden states stored at collection: torchrl's own estimator would mark the
+next step of every episode start as a start too and reset them) and a critic writing several
+groups' values (run once for all of them). :func:`compute_advantages` checks every shape torchrl
+would otherwise broadcast silently, masks padding, and folds each batch's value targets into the
+group's value normaliser.
+
+>>> import torch
+>>> from tensordict import TensorDict
+>>> from marl_ppo.groups import GroupKeys
+>>> keys = GroupKeys.for_group("g")
+>>> gae = group_estimator(keys, gamma=0.5, lmbda=1.0)
+>>> td = TensorDict({"g": {"state_value": torch.zeros(1, 2, 1, 1)},
+...                  "next": {"g": {"state_value": torch.zeros(1, 2, 1, 1), "train_reward": torch.ones(1, 2, 1, 1),
+...                                 "train_done": torch.tensor([[[[False]], [[True]]]]),
+...                                 "train_terminated": torch.tensor([[[[False]], [[True]]]])}}}, [1, 2])
+>>> gae(td)["g", "advantage"].flatten().tolist()  # 1 + 0.5 * 1, then the terminal step's 1
+[1.5, 1.0]
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torchrl.modules import ValueNorm
+from torchrl.objectives.value import MultiAgentGAE
+
+from marl_ppo.groups.specs import GroupKeys, GroupSpec
+from marl_ppo.models.critic import update_value_norm
+
+__all__ = ["group_estimator", "critic_values", "compute_advantages", "check_trailing_one", "mask_padding"]
+
+
+def group_estimator(keys: GroupKeys, *, gamma: float, lmbda: float) -> MultiAgentGAE:
+    """A group's ``MultiAgentGAE`` on its own keys, reading the values :func:`critic_values` wrote."""
+    estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
+    estimator.set_keys(advantage=keys.advantage, value_target=keys.value_target, value=keys.value,
+                       reward=keys.reward, done=keys.done, terminated=keys.terminated, sample_log_prob=keys.log_prob)
+    return estimator
+
+
+def critic_values(td: TensorDictBase, critic: TensorDictModule) -> None:
+    """Writes the critic's values of the steps and of their next observations into ``td``.
+
+    A recurrent critic runs step by step from the hidden states stored at collection; a critic
+    writing several groups' values writes them all.
+    """
+    nxt = td.get("next")
+    for where in (td, nxt):
+        out = critic(where.select(*critic.in_keys, strict=False))
+        for key in critic.out_keys:
+            if not (isinstance(key, tuple) and key[0] == "next"):
+                where.set(key, out.get(key))
+
+
+def check_trailing_one(td: TensorDictBase, group: str, key, what: str) -> None:
+    """Refuses ``td[key]`` unless it is ``[*batch, n_agents, 1]`` (without the 1, torchrl would sum
+    the log-ratio over agents into one joint ratio, silently)."""
+    value = td.get(key)
+    expected = (*td.get(group).batch_size, 1)
+    if tuple(value.shape) != expected:
+        hint = (" (it is missing its trailing 1; torchrl would sum the log-ratio over agents)"
+                if tuple(value.shape) == expected[:-1] else "")
+        raise ValueError(f"group {group!r}: {what} {key} has shape {list(value.shape)}{hint}; "
+                         f"expected [*batch, n_agents, 1] = {list(expected)}")
+
+
+def mask_padding(td: TensorDictBase, keys: GroupKeys) -> None:
+    """Agents absent at a step (PettingZoo ``mask`` False) get advantage 0 and value target = value.
+
+    Their entries are padding: the loss masks them (``loss_mask_key``), and this keeps them out of
+    every other use of the advantages and targets. The mask is ``[*B, T, n_agents]``.
+    """
+    present = td.get(keys.mask).unsqueeze(-1)
+    advantage = td.get(keys.advantage)
+    td.set(keys.advantage, torch.where(present, advantage, advantage.new_zeros(())))
+    td.set(keys.value_target, torch.where(present, td.get(keys.value_target), td.get(keys.value)))
+
+
+@torch.no_grad()
+def compute_advantages(td: TensorDictBase, groups: Mapping[str, GroupSpec], critics: Mapping[str, TensorDictModule],
+                       estimators: Mapping[str, MultiAgentGAE],
+                       value_norms: Mapping[str, tuple[ValueNorm, tuple | None]]) -> TensorDictBase:
+    """Each group's advantage and value target, ``[*B, T, n_agents, 1]``, written into ``td``.
+
+    ``td`` is a rollout with its time dim last in the batch and the routed training reward/done
+    present. Groups go in order: critic values (a critic shared by several groups runs once), GAE,
+    padding masked, then the group's value normaliser takes in the batch's targets (once per batch,
+    after GAE used the values of the old statistics).
+    """
+    called: set[int] = set()
+    for g, spec in groups.items():
+        keys = spec.keys
+        for key in (keys.reward, keys.done, keys.terminated):
+            if ("next", *key) not in td.keys(include_nested=True):
+                raise KeyError(f"group {g!r}: ('next', {key}) is missing; apply the bound reward table to the "
+                               "batch before computing advantages")
+            check_trailing_one(td.get("next"), g, key, "training reward/done")
+        critic = critics[g]
+        if id(critic) not in called:
+            critic_values(td, critic)
+            called.add(id(critic))
+        estimators[g](td)
+        check_trailing_one(td, g, keys.advantage, "advantage")
+        present = None
+        if keys.mask is not None and keys.mask in td.keys(include_nested=True):
+            mask_padding(td, keys)
+            present = td.get(keys.mask)
+        if g in value_norms:
+            norm, layer = value_norms[g]
+            targets = td.get(keys.value_target)
+            update_value_norm(norm, (targets if present is None else targets[present]).reshape(-1, 1), layer)
+    return td
