@@ -50,7 +50,11 @@ from torchrl.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules.distributions import TanhNormal
 from torchrl.modules.distributions.utils import sample_and_log_prob
 
+from marl_ppo.groups.specs import GroupKeys
+
 __all__ = ["LeanVmasCollector", "lean_vmas_collector", "lean_vmas_refusal"]
+
+_RETURN = GroupKeys.NAMES["episode_reward"]  # what the env adapters' RewardSum writes under each group
 
 
 class _Actor:
@@ -250,7 +254,7 @@ class LeanVmasCollector:
         if self.max_steps is not None:
             self.state.update(step_count=td.get("step_count"), truncated=td.get("truncated"))
         for g in self.groups:
-            self.state[g] = {"observation": td.get((g, "observation")), "episode_reward": td.get((g, "episode_reward")),
+            self.state[g] = {"observation": td.get((g, "observation")), _RETURN: td.get((g, _RETURN)),
                              "info": {k: td.get((g, "info", k)) for k in self.info_keys[g]}}
         self.traj_ids = self._new_traj_ids(self.n_envs)
         return td
@@ -290,7 +294,7 @@ class LeanVmasCollector:
             m = mask.view(-1, 1, 1)
             state[g] = {
                 "observation": torch.where(m, reset[g]["observation"], nxt[g]["observation"]),
-                "episode_reward": torch.where(m, 0.0, nxt[g]["episode_reward"]),
+                _RETURN: torch.where(m, 0.0, nxt[g][_RETURN]),
                 "info": {k: torch.where(m, reset[g]["info"][k], nxt[g]["info"][k]) for k in self.info_keys[g]},
             }
         return state
@@ -314,7 +318,7 @@ class LeanVmasCollector:
                 done = truncated | done
                 nxt.update(done=done, step_count=count, truncated=truncated)
             for g, gd in self._read(obs, infos, rews).items():
-                gd["episode_reward"] = state[g]["episode_reward"] + gd["reward"]  # RewardSum
+                gd[_RETURN] = state[g][_RETURN] + gd["reward"]  # RewardSum
                 nxt[g] = gd
             roots.append(state)
             nexts.append(nxt)
@@ -351,8 +355,8 @@ class LeanVmasCollector:
         root = {k: stack([s[k] for s in roots]) for k in flags}
         nxt = {k: stack([s[k] for s in nexts]) for k in flags}
         for g in self.groups:
-            root[g] = group_td(roots, g, [o[g] for o in policy_outs], ("observation", "episode_reward"))
-            nxt[g] = group_td(nexts, g, None, ("observation", "reward", "episode_reward"))
+            root[g] = group_td(roots, g, [o[g] for o in policy_outs], ("observation", _RETURN))
+            nxt[g] = group_td(nexts, g, None, ("observation", "reward", _RETURN))
         root["next"] = TensorDict(nxt, batch_size=[B, T], device=dev)
         root["collector"] = TensorDict({"traj_ids": stack(traj)}, batch_size=[B, T], device=dev)
         return TensorDict(root, batch_size=[B, T], device=dev)

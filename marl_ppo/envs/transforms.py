@@ -18,7 +18,7 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.data import Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, RewardSum, Transform, TransformedEnv
 
-from marl_ppo.groups.specs import GroupSpecError, group_map
+from marl_ppo.groups.specs import GroupKeys, GroupSpecError, group_map
 
 __all__ = ["FlatObservation", "with_episode_returns", "needs_flattening"]
 
@@ -132,7 +132,8 @@ def with_episode_returns(env: EnvBase) -> TransformedEnv:
             f"[*B, n_agents, 1] for every group; reward keys are {list(env.full_reward_spec.keys(True, True))}"
         )
     reset_keys = [(g, "_reset") if (g, "_reset") in env.reset_keys else "_reset" for g in groups]
-    returns = RewardSum(in_keys=reward_keys, out_keys=[(g, "episode_reward") for g in groups], reset_keys=reset_keys)
+    returns = RewardSum(in_keys=reward_keys, out_keys=[GroupKeys.for_group(g).episode_reward for g in groups],
+                        reset_keys=reset_keys)
     if isinstance(env, TransformedEnv):  # appended, not nested: torchrl warns on a nested one and unwraps it
         env.append_transform(returns)
         return env

@@ -16,6 +16,7 @@ never at the root, so two groups' losses cannot overwrite each other's advantage
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from tensordict.utils import NestedKey
@@ -28,15 +29,14 @@ __all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_
 class GroupSpecError(ValueError):
     """An env whose specs do not describe agent groups in torchrl's multi-agent layout."""
 
-# Entries under a group's observation spec that are not inputs to the policy.
-_NON_INPUT_OBS = frozenset({"info", "mask", "action_mask", "episode_reward"})
 
 
 @dataclass(frozen=True)
 class GroupKeys:
     """The keys one group's loss reads and writes, all namespaced under the group.
 
-    Reward/done keys are relative to ``"next"`` (as torchrl's losses expect).
+    Reward/done keys are relative to ``"next"`` (as torchrl's losses expect). :attr:`NAMES` holds
+    every entry name the package writes under a group: no other module spells them.
     """
 
     group: str
@@ -51,21 +51,26 @@ class GroupKeys:
     episode_reward: NestedKey
     mask: NestedKey | None = None
 
+    # field -> the entry's name under the group's key
+    NAMES: ClassVar[dict[str, str]] = {
+        "action": "action",
+        "log_prob": "action_log_prob",
+        "value": "state_value",
+        "advantage": "advantage",
+        "value_target": "value_target",
+        "reward": "train_reward",
+        "done": "train_done",
+        "terminated": "train_terminated",
+        "episode_reward": "episode_reward",
+    }
+
     @classmethod
     def for_group(cls, group: str, mask: NestedKey | None = None) -> "GroupKeys":
-        return cls(
-            group=group,
-            action=(group, "action"),
-            log_prob=(group, "action_log_prob"),
-            value=(group, "state_value"),
-            advantage=(group, "advantage"),
-            value_target=(group, "value_target"),
-            reward=(group, "train_reward"),
-            done=(group, "train_done"),
-            terminated=(group, "train_terminated"),
-            episode_reward=(group, "episode_reward"),
-            mask=mask,
-        )
+        return cls(group=group, **{name: (group, entry) for name, entry in cls.NAMES.items()}, mask=mask)
+
+
+# Entries under a group's observation spec that are not inputs to the policy.
+_NON_INPUT_OBS = frozenset({"info", "mask", "action_mask", GroupKeys.NAMES["episode_reward"]})
 
 
 @dataclass(frozen=True)
