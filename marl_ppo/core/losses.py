@@ -2,7 +2,8 @@
 
 Each group's loss is torchrl's own ``MAPPOLoss``, ``IPPOLoss`` or ``ClipPPOLoss`` with
 :class:`_PerHeadLoss` mixed in. The methods it overrides are private to torchrl 0.14.1 and may
-change in any release; ``tests/test_losses.py`` checks that each still exists with the
+change in any release; they are rows of the package's table of private names
+(:mod:`marl_ppo.upstream`), and ``tests/test_losses.py`` checks that each still exists with the
 signature we override, so that an upgrade fails loudly there instead of silently here:
 
 * ``_get_entropy(dist, adv_shape)`` -- no graph for an entropy that is only logged;
@@ -33,17 +34,14 @@ from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
+from marl_ppo.upstream import PRIVATE_NAMES
 
 __all__ = ["LOSSES", "OVERRIDDEN", "LossRecord"]
 
-# name -> the parameters (after self) of torchrl's method we override
-OVERRIDDEN = {
-    "_get_entropy": ("dist", "adv_shape"),
-    "_log_weight": ("tensordict", "adv_shape"),
-    "_get_cur_log_prob": ("tensordict", "params"),
-    "_weighted_loss_entropy": ("entropy",),
-    "_critic_loss_inputs": ("target_return", "state_value", "old_state_value"),
-}
+# name -> the parameters (after self) of torchrl's method we override: the rows of marl_ppo.upstream's
+# table of private names for this file (tests/test_upstream.py checks them against torchrl)
+OVERRIDDEN = {row.name: row.params for row in PRIVATE_NAMES
+              if row.kind == "override" and row.used_in == "core/losses.py"}
 
 
 # closed-form entropies that are finite whenever the distribution's parameters are: our tanh-normal

@@ -1,0 +1,148 @@
+"""The package's structure, read from its imports: layers as folders, arrows pointing down only.
+
+Every ``import`` of a ``marl_ppo`` module in the package (at module level or inside a function) is
+read from the source. The test fails on an import from a layer to one it may not use (a higher one
+or a sibling), on ``marl_ppo.config`` imported below ``run/``, on a circle of modules, on a private
+name imported from another module, on more than 7 floors, on a module over 450 lines, and on a
+trainer class that no longer reads in well under 300 lines. ``docs/concepts.md`` draws the same
+layers.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "marl_ppo"
+
+# layer -> the layers it may import (besides itself); the package's __init__ names modules as strings only
+ALLOWED = {
+    "upstream": set(),
+    "options": set(),
+    "groups": {"options", "upstream"},
+    "models": {"groups", "options", "upstream"},
+    "envs": {"groups", "options", "upstream"},
+    "collect": {"groups", "options", "upstream"},
+    "core": {"models", "groups", "options", "upstream"},
+    "config": {"envs", "models", "groups", "options", "upstream"},
+    "run": {"config", "core", "collect", "envs", "models", "groups", "options", "upstream"},
+    "suite": {"run", "config", "core", "collect", "envs", "models", "groups", "options", "upstream"},
+    "cli": {"suite", "run", "config", "core", "collect", "envs", "models", "groups", "options", "upstream"},
+}
+CONFIG_READERS = {"run", "suite", "cli"}
+MAX_FLOORS, MAX_LINES, MAX_TRAINER_LINES = 7, 450, 280
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """``(imported module, names taken from it, line)`` for every marl_ppo import in the file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("marl_ppo")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("marl_ppo"):
+            out.append((node.module, [a.name for a in node.names], node.lineno))
+    return out
+
+
+FILES = sorted(PACKAGE.rglob("*.py"))
+MODULES = {_module(p): p for p in FILES}
+GRAPH = {m: [(target, names, line) for target, names, line in _imports(p)] for m, p in MODULES.items()}
+
+
+def test_every_file_is_in_a_layer():
+    unplaced = [m for m in MODULES if m != "marl_ppo" and _layer(m) not in ALLOWED]
+    assert not unplaced, f"modules outside every layer of ALLOWED: {unplaced}"
+
+
+def test_imports_point_down_and_the_config_is_read_at_the_top():
+    wrong = []
+    for module, imports in GRAPH.items():
+        layer = _layer(module)
+        if layer is None:
+            continue
+        for target, _, line in imports:
+            other = _layer(target)
+            if other is not None and other != layer and other not in ALLOWED[layer]:
+                wrong.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} ({layer}) imports {target} ({other})")
+            if target == "marl_ppo.config" and layer not in CONFIG_READERS:
+                wrong.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} reads the run's config")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_no_circle_of_modules():
+    edges = {m: {t if t in MODULES else t.rpartition(".")[0] for t, _, _ in imps} & set(MODULES) - {m}
+             for m, imps in GRAPH.items()}
+    # a package's __init__ re-exporting its modules is not a circle with them: only module -> module edges
+    edges = {m: {t for t in ts if not MODULES[t].name == "__init__.py"} for m, ts in edges.items()}
+    index, low, stack, on, circles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    assert not circles, f"modules importing each other in a circle: {circles}"
+
+
+def test_no_private_name_is_imported_from_another_module():
+    private = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} takes {names} from {target}"
+               for m, imps in GRAPH.items() for target, names, line in imps
+               if any(n.startswith("_") for n in names)]
+    assert not private, "private names used across modules:\n" + "\n".join(private)
+
+
+def test_at_most_seven_floors():
+    floor: dict[str, int] = {}
+
+    def height(layer: str) -> int:
+        if layer not in floor:
+            floor[layer] = 1 + max((height(d) for d in ALLOWED[layer]), default=0)
+        return floor[layer]
+
+    used = {layer: {_layer(t) for m, imps in GRAPH.items() if _layer(m) == layer for t, _, _ in imps} - {layer, None}
+            for layer in ALLOWED}
+    assert all(used[layer] <= ALLOWED[layer] for layer in ALLOWED)
+    assert max(height(layer) for layer in ALLOWED) <= MAX_FLOORS, floor
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_450_lines(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: cut it by concern"
+
+
+def test_the_trainer_reads_top_to_bottom_in_well_under_300_lines():
+    tree = ast.parse((PACKAGE / "run" / "trainer.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    assert cls.end_lineno - cls.lineno + 1 <= MAX_TRAINER_LINES
