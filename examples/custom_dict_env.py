@@ -25,11 +25,11 @@ Run::
     .venv/bin/python examples/custom_dict_env.py             # ~10 s on 2 CPU cores (return -15.5 -> 4.8)
     .venv/bin/python examples/custom_dict_env.py --tiny      # seconds (smoke test)
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -46,8 +46,9 @@ class CargoCrewEnv(EnvBase):
 
     batch_locked = True
 
-    def __init__(self, num_envs: int = 32, n_agents: int = 2, n_types: int = 3, max_steps: int = 20,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, num_envs: int = 32, n_agents: int = 2, n_types: int = 3, max_steps: int = 20, seed: int = 0
+    ) -> None:
         super().__init__(batch_size=torch.Size([num_envs]))
         self.n_agents, self.n_types, self.max_steps = n_agents, n_types, max_steps
         # torchrl's multi-agent layout: the group map names the agents of each group
@@ -96,8 +97,9 @@ class CargoCrewEnv(EnvBase):
         r = reset.view(B, 1, 1)
         self._pos = torch.where(r, torch.rand(B, n, 2, generator=self._rng) * 2 - 1, self._pos)
         self._goal = torch.where(r, torch.rand(B, n, 2, generator=self._rng) * 2 - 1, self._goal)
-        self._parcel = torch.where(reset.view(B, 1), torch.randint(self.n_types, (B, n), generator=self._rng),
-                                   self._parcel)
+        self._parcel = torch.where(
+            reset.view(B, 1), torch.randint(self.n_types, (B, n), generator=self._rng), self._parcel
+        )
         self._t = torch.where(reset.view(B, 1), torch.zeros_like(self._t), self._t)
         done = torch.zeros(B, 1, dtype=torch.bool)
         return TensorDict({"crew": self._observe(), "done": done, "terminated": done.clone()}, self.batch_size)
@@ -140,20 +142,33 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tiny:
         args.iterations, args.num_envs, args.max_steps = 4, 8, 10
     frames = args.num_envs * args.max_steps  # one episode per iteration
-    cfg = load_config(overrides=[
-        f"env.num_envs={args.num_envs}", f"env.max_steps={args.max_steps}",
-        f"train.frames_per_batch={frames}", f"train.total_frames={frames * args.iterations}",
-        "train.num_epochs=4", f"train.minibatch_size={min(320, frames)}", "train.lr=3e-3",
-        f"train.seed={args.seed}", f"train.num_threads={args.threads}",
-        "model.hidden=[64, 64]", "loss.head_entropy_coeff={move: 0.0, pick: 0.01}",
-        f"log.root={args.out}", "log.eval_every=0", "log.eval_episodes=16", "log.progress=false",
-    ])
+    cfg = load_config(
+        overrides=[
+            f"env.num_envs={args.num_envs}",
+            f"env.max_steps={args.max_steps}",
+            f"train.frames_per_batch={frames}",
+            f"train.total_frames={frames * args.iterations}",
+            "train.num_epochs=4",
+            f"train.minibatch_size={min(320, frames)}",
+            "train.lr=3e-3",
+            f"train.seed={args.seed}",
+            f"train.num_threads={args.threads}",
+            "model.hidden=[64, 64]",
+            "loss.head_entropy_coeff={move: 0.0, pick: 0.01}",
+            f"log.root={args.out}",
+            "log.eval_every=0",
+            "log.eval_episodes=16",
+            "log.progress=false",
+        ]
+    )
     cfg.reward_table = {"crew": {"reward": [{"own": 1.0}, {"key": "team_bonus", "weight": 0.5}]}}
     trainer = Trainer(cfg, env_fn=make_cargo_crew)  # everything is checked before the run directory exists
     group = trainer.parts.groups["crew"]
     heads = dict(group.agent_action_spec.items())
-    print(f"group 'crew': agents {list(group.agents)}, observation {list(group.observation_shape)}, action heads "
-          + ", ".join(f"{k}: {type(v).__name__}{list(v.shape)}" for k, v in heads.items()))
+    print(
+        f"group 'crew': agents {list(group.agents)}, observation {list(group.observation_shape)}, action heads "
+        + ", ".join(f"{k}: {type(v).__name__}{list(v.shape)}" for k, v in heads.items())
+    )
     print(trainer.parts.reward_table)
     print(f"env.factory recorded in {trainer.run_dir / 'config.yaml'}: {trainer.cfg.env.factory}")
     summary = trainer.fit()
@@ -161,9 +176,11 @@ def main(argv: list[str] | None = None) -> dict:
     returns = [v for _, v in read_scalars(trainer.run_dir)["collect/crew/episode_reward"]]
     k = max(1, len(returns) // 5)
     first, last = sum(returns[:k]) / k, sum(returns[-k:]) / k
-    print(f"\nreturn: first {k} iterations {first:.3f} -> last {k} iterations {last:.3f} "
-          f"({'rising' if last > first else 'not rising'}); evaluation over {summary['eval/episodes']} episodes "
-          f"{summary['eval/crew/episode_reward']:.3f}")
+    print(
+        f"\nreturn: first {k} iterations {first:.3f} -> last {k} iterations {last:.3f} "
+        f"({'rising' if last > first else 'not rising'}); evaluation over {summary['eval/episodes']} episodes "
+        f"{summary['eval/crew/episode_reward']:.3f}"
+    )
     (trainer.run_dir / "returns.json").write_text(json.dumps({"returns": returns, "first": first, "last": last}))
     print(f"run directory: {trainer.run_dir} (marl-ppo eval {trainer.run_dir})")
     return summary

@@ -14,6 +14,7 @@ Run::
     .venv/bin/python examples/hybrid_comm.py --tiny                    # seconds (smoke test)
     .venv/bin/python examples/hybrid_comm.py --comm-entropy 0.05 --move-entropy 0.0 --frames 200000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,28 +45,56 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
 
     if args.tiny:
-        sizes = ["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40", "train.total_frames=80",
-                 "train.num_epochs=1", "train.minibatch_size=40", "model.hidden=[16]", "log.eval_episodes=2"]
+        sizes = [
+            "env.num_envs=4",
+            "env.max_steps=10",
+            "train.frames_per_batch=40",
+            "train.total_frames=80",
+            "train.num_epochs=1",
+            "train.minibatch_size=40",
+            "model.hidden=[16]",
+            "log.eval_episodes=2",
+        ]
     else:
         fpb = args.num_envs * args.max_steps
-        sizes = [f"env.num_envs={args.num_envs}", f"env.max_steps={args.max_steps}",
-                 f"train.frames_per_batch={fpb}", f"train.total_frames={args.frames}",
-                 "train.num_epochs=4", f"train.minibatch_size={min(400, fpb)}", "train.lr=1e-3",
-                 "loss.gamma=0.9", "model.hidden=[64,64]", "log.eval_episodes=16"]
-    cfg = load_config(ROOT / "configs" / "simple_reference.yaml", overrides=sizes + [
-        "env.comm=true",
-        f"loss.head_entropy_coeff={{move: {args.move_entropy}, comm: {args.comm_entropy}}}",
-        f"train.seed={args.seed}", "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false",
-        f"log.root={args.out}", "log.name=simple_reference-hybrid-comm",
-    ])
+        sizes = [
+            f"env.num_envs={args.num_envs}",
+            f"env.max_steps={args.max_steps}",
+            f"train.frames_per_batch={fpb}",
+            f"train.total_frames={args.frames}",
+            "train.num_epochs=4",
+            f"train.minibatch_size={min(400, fpb)}",
+            "train.lr=1e-3",
+            "loss.gamma=0.9",
+            "model.hidden=[64,64]",
+            "log.eval_episodes=16",
+        ]
+    cfg = load_config(
+        ROOT / "configs" / "simple_reference.yaml",
+        overrides=sizes
+        + [
+            "env.comm=true",
+            f"loss.head_entropy_coeff={{move: {args.move_entropy}, comm: {args.comm_entropy}}}",
+            f"train.seed={args.seed}",
+            "log.eval_every=0",
+            "log.checkpoint_every=0",
+            "log.progress=false",
+            f"log.root={args.out}",
+            "log.name=simple_reference-hybrid-comm",
+        ],
+    )
     trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     for g, spec in trainer.parts.groups.items():
         heads = trainer.parts.router.heads[g]
-        print(f"group {g!r}: {spec.n_agents} agents, action heads "
-              + ", ".join(f"{h.label} ({h.dist_class.__name__})" for h in heads))
+        print(
+            f"group {g!r}: {spec.n_agents} agents, action heads "
+            + ", ".join(f"{h.label} ({h.dist_class.__name__})" for h in heads)
+        )
     print(trainer.parts.reward_table)
-    print(f"{cfg.train.iterations} iterations of {cfg.train.frames_per_batch} frames; "
-          f"head entropy coefficients {dict(cfg.loss.head_entropy_coeff)} ({cfg.loss.entropy_schedule} schedule)")
+    print(
+        f"{cfg.train.iterations} iterations of {cfg.train.frames_per_batch} frames; "
+        f"head entropy coefficients {dict(cfg.loss.head_entropy_coeff)} ({cfg.loss.entropy_schedule} schedule)"
+    )
     summary = trainer.fit()
 
     # Per-head metrics are logged as train/<group>/<head>/<name> (see docs/metrics.md).

@@ -20,6 +20,7 @@ Run::
     # marl-ppo train env.kind=pettingzoo env.scenario=pettingzoo.butterfly.knights_archers_zombies_v11 \\
     #     env.continuous_actions=false "env.kwargs={line_death: true}" env.max_steps=100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,25 +42,50 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs", help="parent folder of the run directory")
     args = parser.parse_args(argv)
     if args.tiny:
-        sizes = ["env.num_envs=2", "env.max_steps=40", "train.frames_per_batch=80", "train.total_frames=160",
-                 "train.num_epochs=1", "train.minibatch_size=40", "model.hidden=[16]"]
+        sizes = [
+            "env.num_envs=2",
+            "env.max_steps=40",
+            "train.frames_per_batch=80",
+            "train.total_frames=160",
+            "train.num_epochs=1",
+            "train.minibatch_size=40",
+            "model.hidden=[16]",
+        ]
     else:
-        sizes = ["env.num_envs=4", "env.max_steps=100", "train.frames_per_batch=2000",
-                 f"train.total_frames={args.frames}", "train.num_epochs=4", "train.minibatch_size=250"]
-    cfg = load_config(overrides=[
-        "env.kind=pettingzoo", "env.scenario=pettingzoo.butterfly.knights_archers_zombies_v11",
-        "env.kwargs={line_death: true, max_zombies: 4, max_arrows: 4}", "env.continuous_actions=false",
-        *sizes, f"train.seed={args.seed}", f"train.num_threads={args.threads}", "loss.entropy_coeff=0.01",
-        "log.eval_every=0", "log.eval_episodes=4", "log.progress=false", f"log.root={args.out}",
-    ])
+        sizes = [
+            "env.num_envs=4",
+            "env.max_steps=100",
+            "train.frames_per_batch=2000",
+            f"train.total_frames={args.frames}",
+            "train.num_epochs=4",
+            "train.minibatch_size=250",
+        ]
+    cfg = load_config(
+        overrides=[
+            "env.kind=pettingzoo",
+            "env.scenario=pettingzoo.butterfly.knights_archers_zombies_v11",
+            "env.kwargs={line_death: true, max_zombies: 4, max_arrows: 4}",
+            "env.continuous_actions=false",
+            *sizes,
+            f"train.seed={args.seed}",
+            f"train.num_threads={args.threads}",
+            "loss.entropy_coeff=0.01",
+            "log.eval_every=0",
+            "log.eval_episodes=4",
+            "log.progress=false",
+            f"log.root={args.out}",
+        ]
+    )
     print(f"env.scenario: {cfg.env.scenario}, kwargs {dict(cfg.env.kwargs)}")
     trainer = Trainer(cfg)
     print("groups: " + ", ".join(f"{g} {list(s.agents)}" for g, s in trainer.parts.groups.items()))
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     for g in trainer.parts.groups:
-        print(f"{g}: deterministic evaluation over {summary['eval/episodes']} episodes "
-              f"{summary[f'eval/{g}/episode_reward']:.3f}")
+        print(
+            f"{g}: deterministic evaluation over {summary['eval/episodes']} episodes "
+            f"{summary[f'eval/{g}/episode_reward']:.3f}"
+        )
 
     env = make_env(cfg.env, seed=cfg.train.seed + 1)
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
@@ -67,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     goes_on = ~td["next", "done"]  # [copies, T, 1]
     gone = sum(int((~td[g, "mask"] & goes_on).sum()) for g in trainer.parts.groups)
     total = sum(td[g, "mask"].numel() for g in trainer.parts.groups)
-    print(f"agent-steps after leaving (masked, while the episode went on): {gone} of {total}, {100 * gone / total:.1f}%")
+    print(
+        f"agent-steps after leaving (masked, while the episode went on): {gone} of {total}, {100 * gone / total:.1f}%"
+    )
     print(f"run directory: {trainer.run_dir}")
     return summary
 

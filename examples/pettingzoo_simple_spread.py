@@ -14,6 +14,7 @@ Run::
     .venv/bin/python examples/pettingzoo_simple_spread.py --frames 100000 --set train.lr=3e-4 loss.gamma=0.99
     # the same run from the command line:  marl-ppo train configs/simple_spread.yaml train.total_frames=48000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,18 +43,42 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
 
     if args.tiny:
-        sizes = ["env.num_envs=2", "env.max_steps=5", "train.frames_per_batch=20", "train.total_frames=40",
-                 "train.num_epochs=1", "train.minibatch_size=10", "model.hidden=[16]", "log.eval_episodes=2"]
+        sizes = [
+            "env.num_envs=2",
+            "env.max_steps=5",
+            "train.frames_per_batch=20",
+            "train.total_frames=40",
+            "train.num_epochs=1",
+            "train.minibatch_size=10",
+            "model.hidden=[16]",
+            "log.eval_episodes=2",
+        ]
     else:
-        sizes = [f"env.num_envs={args.num_envs}", f"train.total_frames={args.frames}",
-                 "train.num_epochs=4", "train.lr=1e-3", "loss.gamma=0.95", "model.hidden=[64,64]",
-                 "log.eval_episodes=8"]  # frames_per_batch 2000, minibatch 250: the file's
-    cfg = load_config(ROOT / "configs" / "simple_spread.yaml", overrides=sizes + [
-        f"train.seed={args.seed}", "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false",
-        f"log.root={args.out}",
-    ] + list(args.set))
-    print(f"env: {cfg.env.kind} {cfg.env.scenario} x{cfg.env.num_envs} (max_steps {cfg.env.max_steps}, "
-          f"kwargs {dict(cfg.env.kwargs)}), algorithm {cfg.loss.algorithm}")
+        sizes = [
+            f"env.num_envs={args.num_envs}",
+            f"train.total_frames={args.frames}",
+            "train.num_epochs=4",
+            "train.lr=1e-3",
+            "loss.gamma=0.95",
+            "model.hidden=[64,64]",
+            "log.eval_episodes=8",
+        ]  # frames_per_batch 2000, minibatch 250: the file's
+    cfg = load_config(
+        ROOT / "configs" / "simple_spread.yaml",
+        overrides=sizes
+        + [
+            f"train.seed={args.seed}",
+            "log.eval_every=0",
+            "log.checkpoint_every=0",
+            "log.progress=false",
+            f"log.root={args.out}",
+        ]
+        + list(args.set),
+    )
+    print(
+        f"env: {cfg.env.kind} {cfg.env.scenario} x{cfg.env.num_envs} (max_steps {cfg.env.max_steps}, "
+        f"kwargs {dict(cfg.env.kwargs)}), algorithm {cfg.loss.algorithm}"
+    )
     trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     print("groups:", {g: list(s.agents) for g, s in trainer.parts.groups.items()})
     print(trainer.parts.reward_table)
@@ -65,8 +90,10 @@ def main(argv: list[str] | None = None) -> dict:
         curve = [v for _, v in scalars.get(f"collect/{g}/episode_reward", [])]
         if curve:
             k = max(1, len(curve) // 5)
-            print(f"{g}: mean episode return, first {k} batches {sum(curve[:k]) / k:.3f} -> "
-                  f"last {k} batches {sum(curve[-k:]) / k:.3f}")
+            print(
+                f"{g}: mean episode return, first {k} batches {sum(curve[:k]) / k:.3f} -> "
+                f"last {k} batches {sum(curve[-k:]) / k:.3f}"
+            )
         print(f"{g}: final deterministic evaluation {summary[f'eval/{g}/episode_reward']:.3f}")
     print(f"run directory: {trainer.run_dir}")
     return summary

@@ -19,6 +19,7 @@ Run::
     .venv/bin/python examples/simple_tag_team_reward.py --tiny       # seconds (smoke test)
     .venv/bin/python examples/simple_tag_team_reward.py --frames 200000 --num-envs 60 --out runs/
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--frames", type=int, default=96_000, help="total env steps")
     parser.add_argument("--num-envs", type=int, default=32, help="vectorized VMAS envs")
     parser.add_argument("--max-steps", type=int, default=50, help="episode length")
-    parser.add_argument("--zero-sum-weight", type=float, default=1.0,
-                        help="how much of the adversaries' mean reward the agent pays")
+    parser.add_argument(
+        "--zero-sum-weight", type=float, default=1.0, help="how much of the adversaries' mean reward the agent pays"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--out", default="runs", help="parent folder of the run directory")
@@ -60,26 +62,52 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
 
     if args.tiny:
-        sizes = ["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40", "train.total_frames=80",
-                 "train.num_epochs=1", "train.minibatch_size=40", "model.hidden=[16]", "log.eval_episodes=2"]
+        sizes = [
+            "env.num_envs=4",
+            "env.max_steps=10",
+            "train.frames_per_batch=40",
+            "train.total_frames=80",
+            "train.num_epochs=1",
+            "train.minibatch_size=40",
+            "model.hidden=[16]",
+            "log.eval_episodes=2",
+        ]
     else:
         fpb = args.num_envs * args.max_steps
-        sizes = [f"env.num_envs={args.num_envs}", f"env.max_steps={args.max_steps}",
-                 f"train.frames_per_batch={fpb}", f"train.total_frames={args.frames}",
-                 "train.num_epochs=4", f"train.minibatch_size={min(400, fpb)}", "train.lr=1e-3",
-                 "model.hidden=[64,64]", "log.eval_episodes=16"]
-    cfg = load_config(ROOT / "configs" / "simple_tag.yaml", overrides=sizes + [
-        f"train.seed={args.seed}", "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false",
-        f"log.root={args.out}", "log.name=simple_tag-team-reward",
-    ])
+        sizes = [
+            f"env.num_envs={args.num_envs}",
+            f"env.max_steps={args.max_steps}",
+            f"train.frames_per_batch={fpb}",
+            f"train.total_frames={args.frames}",
+            "train.num_epochs=4",
+            f"train.minibatch_size={min(400, fpb)}",
+            "train.lr=1e-3",
+            "model.hidden=[64,64]",
+            "log.eval_episodes=16",
+        ]
+    cfg = load_config(
+        ROOT / "configs" / "simple_tag.yaml",
+        overrides=sizes
+        + [
+            f"train.seed={args.seed}",
+            "log.eval_every=0",
+            "log.checkpoint_every=0",
+            "log.progress=false",
+            f"log.root={args.out}",
+            "log.name=simple_tag-team-reward",
+        ],
+    )
     # The config's reward table is the dict form of the Python one (what configs/*.yaml hold).
     cfg.reward_table = reward_table(args.zero_sum_weight).to_dict()
 
     trainer = Trainer(cfg)  # a new directory under --out: a taken name gets a -2, -3... suffix
     print(trainer.parts.reward_table)  # the resolved table: agents per group, terms, done sources
     print()
-    print("groups:", {g: s.n_agents for g, s in trainer.parts.groups.items()},
-          f"| {cfg.train.iterations} iterations of {cfg.train.frames_per_batch} frames")
+    print(
+        "groups:",
+        {g: s.n_agents for g, s in trainer.parts.groups.items()},
+        f"| {cfg.train.iterations} iterations of {cfg.train.frames_per_batch} frames",
+    )
     summary = trainer.fit()
 
     scalars = read_scalars(trainer.run_dir)

@@ -4,6 +4,7 @@ The names below are imported on first use (PEP 562), so that ``import marl_ppo.c
 ``marl-ppo --help`` do not pay for torch, torchrl, VMAS and PettingZoo; ``from marl_ppo import
 GroupRouter`` works as usual.
 """
+
 from __future__ import annotations
 
 import importlib

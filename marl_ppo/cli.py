@@ -10,6 +10,7 @@
     marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
     marl-ppo suite merge OUT1 OUT2 --out MERGED       # suites run apart, merged
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,8 +73,12 @@ def _eval(args: argparse.Namespace) -> int:
         evaluator.close()
         if not parts.env.is_closed:
             parts.env.close()
-    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episodes": out.episodes,
-              "episode_reward": out.returns}
+    result = {
+        "run_dir": str(args.run_dir),
+        "checkpoint": args.checkpoint,
+        "episodes": out.episodes,
+        "episode_reward": out.returns,
+    }
     if recorder is not None:
         result["video"] = str(recorder.save(args.video))
     print(json.dumps(result, indent=2))
@@ -97,18 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML config file (see configs/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.total_frames=120000")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
-    p.add_argument("-m", "--multirun", action="store_true",
-                   help="sweep: every key=a,b takes each value in turn (a grid; train.seed=0,1 gives the seeds); "
-                   "results as a suite's (marl-eval JSON and a plot)")
+    p.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="sweep: every key=a,b takes each value in turn (a grid; train.seed=0,1 gives the seeds); "
+        "results as a suite's (marl-eval JSON and a plot)",
+    )
     p.add_argument("--out", help="-m: output folder (default: <log.root>/multirun/<date_time>)")
     p.add_argument("--workers", type=int, default=1, help="-m: worker processes at once (local launcher)")
     p.add_argument("--launcher", choices=("local", "ray", "slurm"), default="local", help="-m: where the runs go")
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")
-    p.add_argument("--episodes", type=int, default=10,
-                   help="episodes to run and average, exactly (VMAS: one vectorized batch; PettingZoo: shared out "
-                   "between at most env.num_envs copies)")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=10,
+        help="episodes to run and average, exactly (VMAS: one vectorized batch; PettingZoo: shared out "
+        "between at most env.num_envs copies)",
+    )
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
     p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")
@@ -116,13 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")
     p.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
-    p.add_argument("--metric", action="append", metavar="NAME",
-                   help="also plot this logged metric into metrics.png (repeatable; glob patterns such as "
-                        "'train/*/move/entropy' match several)")
+    p.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="also plot this logged metric into metrics.png (repeatable; glob patterns such as "
+        "'train/*/move/entropy' match several)",
+    )
     p.set_defaults(func=_plot)
     # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser
-    sub.add_parser("suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot",
-                   add_help=False)
+    sub.add_parser(
+        "suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot", add_help=False
+    )
     return parser
 
 

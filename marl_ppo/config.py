@@ -11,6 +11,7 @@ Traceback (most recent call last):
 ...
 marl_ppo.options.ConfigError: unknown config key 'train.lr_rate'; did you mean 'train.lr'?
 """
+
 from __future__ import annotations
 
 import difflib
@@ -25,8 +26,19 @@ from marl_ppo.envs.options import EnvConfig
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.options import ConfigError, at_least, choice, device_option, positive, unit_interval
 
-__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "LossConfig", "CollectorConfig", "TrainConfig", "WandbConfig", "MlflowConfig",
-           "LogConfig", "Config", "load_config"]
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "ModelConfig",
+    "LossConfig",
+    "CollectorConfig",
+    "TrainConfig",
+    "WandbConfig",
+    "MlflowConfig",
+    "LogConfig",
+    "Config",
+    "load_config",
+]
 
 
 @dataclass
@@ -113,8 +125,10 @@ class CollectorConfig:
         if self.num_collectors < 1:
             raise ConfigError(f"train.collector.num_collectors must be >= 1, got {self.num_collectors}")
         if self.backend == "direct" and self.num_collectors != 1:
-            raise ConfigError(f"train.collector.num_collectors must be 1 with backend 'direct', "
-                              f"got {self.num_collectors} (use backend 'process' or 'ray')")
+            raise ConfigError(
+                f"train.collector.num_collectors must be 1 with backend 'direct', "
+                f"got {self.num_collectors} (use backend 'process' or 'ray')"
+            )
 
 
 @dataclass
@@ -289,8 +303,10 @@ class Config:
             )
         workers = train.collector.num_collectors
         if env.num_envs % workers:
-            raise ConfigError(f"env.num_envs ({env.num_envs}) must be divisible by "
-                              f"train.collector.num_collectors ({workers}): each worker steps the same number of envs")
+            raise ConfigError(
+                f"env.num_envs ({env.num_envs}) must be divisible by "
+                f"train.collector.num_collectors ({workers}): each worker steps the same number of envs"
+            )
         self._check_model()
         every = self.log.checkpoint_every
         if every and env.bounds_episodes and every * self.steps_per_batch < env.max_steps:
@@ -306,23 +322,28 @@ class Config:
     def _check_model(self) -> None:
         model, train = self.model, self.train
         if model.critic == "global" and self.loss.algorithm != "mappo":
-            raise ConfigError(f"model.critic=global is MAPPO's critic; loss.algorithm is {self.loss.algorithm!r} "
-                              "(use loss.algorithm=mappo or model.critic=group)")
+            raise ConfigError(
+                f"model.critic=global is MAPPO's critic; loss.algorithm is {self.loss.algorithm!r} "
+                "(use loss.algorithm=mappo or model.critic=group)"
+            )
         if not model.recurrent:
             return
         if self.steps_per_batch % model.seq_len:
             raise ConfigError(
                 f"model.seq_len={model.seq_len} must divide the {self.steps_per_batch} steps each env takes per batch "
-                f"(train.frames_per_batch / env.num_envs): the update cuts each env's steps into chunks of seq_len")
+                f"(train.frames_per_batch / env.num_envs): the update cuts each env's steps into chunks of seq_len"
+            )
         if train.minibatch_size % model.seq_len:
             raise ConfigError(
                 f"train.minibatch_size={train.minibatch_size} must be a multiple of model.seq_len={model.seq_len} "
-                "with a recurrent model: a minibatch is a set of whole chunks")
+                "with a recurrent model: a minibatch is a set of whole chunks"
+            )
         if train.compile:
             raise ConfigError(
                 "train.compile=true does not support recurrent models (model.kind gru/lstm): torchrl's GRU/LSTM "
                 "modules cut each chunk at episode starts into pieces of data-dependent length, which would "
-                "recompile the loss on every minibatch; use train.compile=false")
+                "recompile the loss on every minibatch; use train.compile=false"
+            )
 
     @property
     def steps_per_batch(self) -> int:

@@ -9,6 +9,7 @@ Traceback (most recent call last):
 ...
 marl_ppo.options.ConfigError: loss.algorithm must be one of ['mappo', 'ippo'], got 'ppo'
 """
+
 from __future__ import annotations
 
 __all__ = ["ConfigError", "choice", "at_least", "positive", "unit_interval", "device_option"]
@@ -51,7 +52,9 @@ def device_option(name: str, value: str) -> None:
         if count == 0:
             raise ConfigError(f"{name}={value!r}, but this machine has no CUDA device; use {name}=cpu")
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"{name}={value!r}, but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
+            raise ConfigError(
+                f"{name}={value!r}, but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}"
+            )
     elif device.type not in ("cpu", "meta"):
         available = getattr(torch.backends, device.type, None)
         if available is None or not available.is_available():

@@ -13,6 +13,7 @@ we import), ``mirror`` (a method whose behaviour we reproduce step for step else
 it changes what ours must do), ``hook`` (a private-named extension point their docs tell
 subclasses to implement).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -31,8 +32,11 @@ class PrivateName(NamedTuple):
     params: tuple[str, ...] | None = None
 
 
-_PPO = ("torchrl.objectives.ClipPPOLoss", "torchrl.objectives.multiagent.MAPPOLoss",
-        "torchrl.objectives.multiagent.IPPOLoss")
+_PPO = (
+    "torchrl.objectives.ClipPPOLoss",
+    "torchrl.objectives.multiagent.MAPPOLoss",
+    "torchrl.objectives.multiagent.IPPOLoss",
+)
 
 PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # the PPO losses (core/losses.py: per-head coefficients and diagnostics, value normalisation)
@@ -40,42 +44,73 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     *(PrivateName(o, "_log_weight", "override", "core/losses.py", ("tensordict", "adv_shape")) for o in _PPO),
     *(PrivateName(o, "_get_cur_log_prob", "override", "core/losses.py", ("tensordict", "params")) for o in _PPO),
     *(PrivateName(o, "_weighted_loss_entropy", "override", "core/losses.py", ("entropy",)) for o in _PPO),
-    *(PrivateName(o, "_critic_loss_inputs", "override", "core/losses.py",
-                  ("target_return", "state_value", "old_state_value")) for o in _PPO),
+    *(
+        PrivateName(
+            o, "_critic_loss_inputs", "override", "core/losses.py", ("target_return", "state_value", "old_state_value")
+        )
+        for o in _PPO
+    ),
     PrivateName("torchrl.objectives.ClipPPOLoss", "_clip_bounds", "read", "core/bundles.py"),
     PrivateName("torchrl.objectives.common.LossModule", "_apply", "call", "core/router.py", ("fn",)),
     PrivateName("torch.nn.Module", "_apply", "override", "core/router.py", ("fn", "recurse")),
     # tensordict's module output path (models/modules.py: plain tensors written straight in)
-    PrivateName("tensordict.nn.TensorDictModule", "_write_to_tensordict", "override", "models/modules.py",
-                ("tensordict", "tensors", "tensordict_out", "out_keys")),
+    PrivateName(
+        "tensordict.nn.TensorDictModule",
+        "_write_to_tensordict",
+        "override",
+        "models/modules.py",
+        ("tensordict", "tensors", "tensordict_out", "out_keys"),
+    ),
     # the tanh-normal built without torchrl's host reads (models/distributions.py), read back by the lean collector
-    PrivateName("torchrl.modules.distributions.continuous", "_PatchedAffineTransform", "import",
-                "models/distributions.py"),
-    PrivateName("torchrl.modules.distributions.continuous", "_PatchedComposeTransform", "import",
-                "models/distributions.py"),
-    PrivateName("torchrl.modules.distributions.TanhNormal", "_t", "read", "models/distributions.py, collect/lean_vmas.py"),
-    PrivateName("torchrl.modules.distributions.TanhNormal", "_event_dims", "read",
-                "models/distributions.py, collect/lean_vmas.py"),
+    PrivateName(
+        "torchrl.modules.distributions.continuous", "_PatchedAffineTransform", "import", "models/distributions.py"
+    ),
+    PrivateName(
+        "torchrl.modules.distributions.continuous", "_PatchedComposeTransform", "import", "models/distributions.py"
+    ),
+    PrivateName(
+        "torchrl.modules.distributions.TanhNormal", "_t", "read", "models/distributions.py, collect/lean_vmas.py"
+    ),
+    PrivateName(
+        "torchrl.modules.distributions.TanhNormal",
+        "_event_dims",
+        "read",
+        "models/distributions.py, collect/lean_vmas.py",
+    ),
     PrivateName("torch.distributions.Distribution", "_validate_args", "read", "collect/lean_vmas.py"),
     PrivateName("tensordict.nn.ProbabilisticTensorDictModule", "_generator", "read", "collect/lean_vmas.py"),
     PrivateName("tensordict.nn.ProbabilisticTensorDictModule", "_generator_key", "read", "collect/lean_vmas.py"),
     # VMAS through torchrl's wrapper
-    PrivateName("torchrl.envs.libs.vmas.VmasWrapper", "_env", "read",
-                "envs/vmas.py, envs/comm.py, collect/lean_vmas.py (the simulator)"),
-    PrivateName("torchrl.envs.libs.vmas.VmasWrapper", "_step", "mirror", "envs/vmas.py, collect/lean_vmas.py",
-                ("tensordict",)),
-    PrivateName("torchrl.envs.libs.vmas.VmasWrapper", "_reset", "mirror", "collect/lean_vmas.py",
-                ("tensordict", "kwargs")),
-    PrivateName("torchrl.envs.StepCounter", "_step", "mirror", "collect/lean_vmas.py", ("tensordict", "next_tensordict")),
-    PrivateName("torchrl.envs.StepCounter", "_reset", "mirror", "collect/lean_vmas.py",
-                ("tensordict", "tensordict_reset")),
-    PrivateName("vmas.simulator.environment.environment.Environment", "vmas_random_state", "read",
-                "run/checkpoints.py (VMAS's one RNG state per process)"),
+    PrivateName(
+        "torchrl.envs.libs.vmas.VmasWrapper",
+        "_env",
+        "read",
+        "envs/vmas.py, envs/comm.py, collect/lean_vmas.py (the simulator)",
+    ),
+    PrivateName(
+        "torchrl.envs.libs.vmas.VmasWrapper", "_step", "mirror", "envs/vmas.py, collect/lean_vmas.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.vmas.VmasWrapper", "_reset", "mirror", "collect/lean_vmas.py", ("tensordict", "kwargs")
+    ),
+    PrivateName(
+        "torchrl.envs.StepCounter", "_step", "mirror", "collect/lean_vmas.py", ("tensordict", "next_tensordict")
+    ),
+    PrivateName(
+        "torchrl.envs.StepCounter", "_reset", "mirror", "collect/lean_vmas.py", ("tensordict", "tensordict_reset")
+    ),
+    PrivateName(
+        "vmas.simulator.environment.environment.Environment",
+        "vmas_random_state",
+        "read",
+        "run/checkpoints.py (VMAS's one RNG state per process)",
+    ),
     # numpy arrays in checkpoints of the earliest format
     PrivateName("numpy._core.multiarray", "_reconstruct", "import", "run/checkpoints.py"),
     # torchrl's TensorBoard logger, its writer made with purge_step on resume
-    PrivateName("torchrl.record.loggers.tensorboard.TensorboardLogger", "_create_experiment", "override",
-                "run/logger.py", ()),
+    PrivateName(
+        "torchrl.record.loggers.tensorboard.TensorboardLogger", "_create_experiment", "override", "run/logger.py", ()
+    ),
     # torchrl's documented extension points of envs and transforms (private by name only)
     PrivateName("torchrl.envs.EnvBase", "_step", "hook", "envs/toy.py", ("tensordict",)),
     PrivateName("torchrl.envs.EnvBase", "_reset", "hook", "envs/toy.py", ("tensordict", "kwargs")),

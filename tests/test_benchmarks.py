@@ -1,4 +1,5 @@
 """The benchmark scripts run as written (with --quick) and print their ratios."""
+
 from __future__ import annotations
 
 import re
@@ -8,17 +9,25 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # whole runs, subprocesses and clusters
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("script, pattern", [
-    ("throughput.py", r"ratio ours/floor\s+[0-9.]+x"),
-    ("group_count.py", r"[0-9.]+x"),
-])
+@pytest.mark.parametrize(
+    "script, pattern",
+    [
+        ("throughput.py", r"ratio ours/floor\s+[0-9.]+x"),
+        ("group_count.py", r"[0-9.]+x"),
+    ],
+)
 def test_benchmark_script_quick(script, pattern):
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "benchmarks" / script), "--quick", "--threads", "1", "--repeats", "1"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(pattern, out.stdout), out.stdout
@@ -44,6 +53,7 @@ def test_update_costs_quick_reports_every_variant_against_full_and_floor():
     assert all(float(v) > 0 for v in rows.values()), out.stdout
     assert re.search(r"^  full\s+[0-9.]+\s+1\.000x", out.stdout, re.M), out.stdout  # full against itself
 
+
 def test_scaling_quick():
     out = _run("scaling.py", "--quick", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -61,8 +71,13 @@ def test_first_batch_reports_time_to_the_first_batch():
 
 
 def _run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "examples" / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _summary(stdout: str, side: str) -> dict[str, float]:
@@ -77,8 +92,16 @@ def test_vs_benchmarl_ours_only_quick():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "clip_grad_val=5" in out.stdout and "WARNING" not in out.stdout, out.stdout
     ours = _summary(out.stdout, "ours")
-    for key in ("frames_per_s_steady", "frames_per_s_run", "frames_per_s_proc", "iter_s", "collect_s", "update_s",
-                "proc_wall_s", "peak_rss_mib"):
+    for key in (
+        "frames_per_s_steady",
+        "frames_per_s_run",
+        "frames_per_s_proc",
+        "iter_s",
+        "collect_s",
+        "update_s",
+        "proc_wall_s",
+        "peak_rss_mib",
+    ):
         assert ours[key] > 0, (key, out.stdout)
     assert "ratio ours/benchmarl" not in out.stdout
 
@@ -134,8 +157,10 @@ def test_scale_out_quick(ray_cluster):
     out = _run("scale_out.py", "--quick", "--threads", "1", "--ray-address", ray_cluster, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     for launcher in ("local", "ray"):
-        m = re.search(rf"launcher {launcher}: jobs=4 wall_s=([0-9.]+) job_s_mean=([0-9.]+) overhead_per_job_s=(-?[0-9.]+)",
-                      out.stdout)
+        m = re.search(
+            rf"launcher {launcher}: jobs=4 wall_s=([0-9.]+) job_s_mean=([0-9.]+) overhead_per_job_s=(-?[0-9.]+)",
+            out.stdout,
+        )
         assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout
     for backend in ("direct", "process", "ray"):
         m = re.search(rf"collect {backend}: envs=64 workers=[12] frames_per_s=([0-9]+)", out.stdout)
@@ -149,15 +174,34 @@ def test_models_quick_one_task_one_variant_one_seed(tmp_path):
 
     fake = tmp_path / "fake_benchmarl.sh"
     fake.write_text(FAKE_BENCHMARL)
-    out = _run("models.py", "--quick", "--tasks", "navigation", "--variants", "none", "--variant", "lr 1e-3",
-               "train.lr=1e-3", "--seeds", "1", "--threads", "1", "--benchmarl", "--benchmarl-script", str(fake),
-               "--out", str(tmp_path / "out"))
+    out = _run(
+        "models.py",
+        "--quick",
+        "--tasks",
+        "navigation",
+        "--variants",
+        "none",
+        "--variant",
+        "lr 1e-3",
+        "train.lr=1e-3",
+        "--seeds",
+        "1",
+        "--threads",
+        "1",
+        "--benchmarl",
+        "--benchmarl-script",
+        str(fake),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
     assert re.search(r"models\.py: 2 runs of ours \+ 1 of BenchMARL = 3 runs", out.stdout), out.stdout
     assert "estimated time:" in out.stdout
     row = r"^\| navigation \| lr 1e-3 \| 1 \| 400 \| -?[0-9.]+ \| -?[0-9.]+ \|"
     assert re.search(row, out.stdout, re.M), out.stdout
-    assert re.search(r"^\| navigation \| BenchMARL MAPPO \| 1 \| 2000 \| -0\.500 \| n/a \|", out.stdout, re.M), out.stdout
+    assert re.search(r"^\| navigation \| BenchMARL MAPPO \| 1 \| 2000 \| -0\.500 \| n/a \|", out.stdout, re.M), (
+        out.stdout
+    )
     results = json.loads((tmp_path / "out" / "models_results.json").read_text())
     rows = {r["variant"]: r for r in results["table"]}
     assert set(rows) == {"lr 1e-3", "ours on BenchMARL's config", "BenchMARL MAPPO"}
@@ -169,8 +213,20 @@ def test_models_quick_one_task_one_variant_one_seed(tmp_path):
 
 
 def test_models_unknown_key_stops_before_any_run(tmp_path):
-    out = _run("models.py", "--quick", "--tasks", "navigation", "--variants", "none", "--variant", "typo",
-               "train.lr_rate=1e-3", "--out", str(tmp_path / "out"), timeout=60)
+    out = _run(
+        "models.py",
+        "--quick",
+        "--tasks",
+        "navigation",
+        "--variants",
+        "none",
+        "--variant",
+        "typo",
+        "train.lr_rate=1e-3",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=60,
+    )
     assert out.returncode != 0
     assert "variant 'typo': unknown config key 'train.lr_rate'; did you mean 'train.lr'?" in out.stderr, out.stderr
     assert not (tmp_path / "out" / "runs").exists()

@@ -1,5 +1,6 @@
 """The documentation site: it builds with warnings as errors, the Python examples on its pages
 run as written, and the generated configuration reference describes every config field."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,18 +39,32 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     return out
 
 
+@pytest.mark.slow
 def test_site_builds_with_warnings_as_errors(site):
-    for page in ["index", "quickstart/index", "concepts/index", "reward_table/index", "custom_envs/index",
-                 "metrics/index", "runs/index",
-                 "reference/config/index", "reference/cli/index", "reference/api/index", "vs_benchmarl/index",
-                 "scaling_out/index"]:
+    for page in [
+        "index",
+        "quickstart/index",
+        "concepts/index",
+        "reward_table/index",
+        "custom_envs/index",
+        "metrics/index",
+        "runs/index",
+        "reference/config/index",
+        "reference/cli/index",
+        "reference/api/index",
+        "vs_benchmarl/index",
+        "scaling_out/index",
+    ]:
         assert (site / f"{page}.html").exists(), page
     api = (site / "reference" / "api" / "index.html").read_text()
     for name in marl_ppo.__all__:  # every public name has its own entry on the API page
@@ -66,6 +81,7 @@ def _fences(page: str) -> list[tuple[str, int, str]]:
     return [(m.group(1).strip(), text.count("\n", 0, m.start()) + 1, m.group(2)) for m in FENCE.finditer(text)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", EXECUTED_PAGES)
 def test_python_blocks_run(page, tmp_path, monkeypatch):
     fences = _fences(page)

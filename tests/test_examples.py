@@ -10,6 +10,7 @@
 
 About 30 s on 2 CPU cores (most of it importing torch/torchrl/vmas in each subprocess).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # whole runs, subprocesses and clusters
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
@@ -29,9 +32,15 @@ def run_example(script: str, out: Path, *extra: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / script), "--tiny", "--out", str(out), "--threads", "1", *extra],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
     )
-    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{script} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -97,8 +106,13 @@ def test_custom_dict_env(tmp_path):
     assert (run / "checkpoints" / "last.pt").is_file() and (run / "plots").is_dir()
     assert f"{EXAMPLES / 'custom_dict_env.py'}:make_cargo_crew" in (run / "config.yaml").read_text()
     # the run directory alone rebuilds the env: marl-ppo eval imports the example's factory by file path
-    proc = subprocess.run([sys.executable, "-m", "marl_ppo.cli", "eval", str(run), "--episodes", "3"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marl_ppo.cli", "eval", str(run), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["episodes"] == 3
 
@@ -142,16 +156,22 @@ def test_notebook_executes(tmp_path, monkeypatch):
     # A kernel spec on this very interpreter (the venv), independent of the user's Jupyter set-up.
     spec_dir = tmp_path / "kernels" / "marl-ppo-test"
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "marl_ppo test", "language": "python",
-    }))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "marl_ppo test",
+                "language": "python",
+            }
+        )
+    )
     out = tmp_path / "runs"
     monkeypatch.setenv("MARL_PPO_NOTEBOOK_TINY", "1")
     monkeypatch.setenv("MARL_PPO_NOTEBOOK_OUT", str(out))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    km = KernelManager(kernel_name="marl-ppo-test",
-                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
+    km = KernelManager(
+        kernel_name="marl-ppo-test", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    )
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -162,8 +182,7 @@ def test_notebook_executes(tmp_path, monkeypatch):
     assert "80 frames per run, 2 iterations" in text  # the tiny switch reached the parameter cell
     assert "alice: 1 agent(s)" in text and "action heads  move: StableTanhNormal, comm: Categorical" in text
     assert "-0.5 × mean(alice, bob reward)" in text  # the changed table, printed
-    images = [i for i, c in enumerate(code)
-              if any("image/png" in o.get("data", {}) for o in c.outputs)]
+    images = [i for i, c in enumerate(code) if any("image/png" in o.get("data", {}) for o in c.outputs)]
     assert len(images) >= 2, "per-group return / per-head entropy plot and the comparison plot"
     assert images[-1] >= len(code) - 2, "the comparison plot is in the last cells"
     png = out / "compare_returns.png"

@@ -7,6 +7,7 @@ name imported from another module, on more than 7 floors, on a module over 450 l
 trainer class that no longer reads in well under 300 lines. ``docs/concepts.md`` draws the same
 layers.
 """
+
 from __future__ import annotations
 
 import ast
@@ -74,15 +75,19 @@ def test_imports_point_down_and_the_config_is_read_at_the_top():
         for target, _, line in imports:
             other = _layer(target)
             if other is not None and other != layer and other not in ALLOWED[layer]:
-                wrong.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} ({layer}) imports {target} ({other})")
+                wrong.append(
+                    f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} ({layer}) imports {target} ({other})"
+                )
             if target == "marl_ppo.config" and layer not in CONFIG_READERS:
                 wrong.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} reads the run's config")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
 def test_no_circle_of_modules():
-    edges = {m: {t if t in MODULES else t.rpartition(".")[0] for t, _, _ in imps} & set(MODULES) - {m}
-             for m, imps in GRAPH.items()}
+    edges = {
+        m: {t if t in MODULES else t.rpartition(".")[0] for t, _, _ in imps} & set(MODULES) - {m}
+        for m, imps in GRAPH.items()
+    }
     # a package's __init__ re-exporting its modules is not a circle with them: only module -> module edges
     edges = {m: {t for t in ts if not MODULES[t].name == "__init__.py"} for m, ts in edges.items()}
     index, low, stack, on, circles, counter = {}, {}, [], set(), [], [0]
@@ -116,9 +121,12 @@ def test_no_circle_of_modules():
 
 
 def test_no_private_name_is_imported_from_another_module():
-    private = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} takes {names} from {target}"
-               for m, imps in GRAPH.items() for target, names, line in imps
-               if any(n.startswith("_") for n in names)]
+    private = [
+        f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} takes {names} from {target}"
+        for m, imps in GRAPH.items()
+        for target, names, line in imps
+        if any(n.startswith("_") for n in names)
+    ]
     assert not private, "private names used across modules:\n" + "\n".join(private)
 
 
@@ -130,8 +138,10 @@ def test_at_most_seven_floors():
             floor[layer] = 1 + max((height(d) for d in ALLOWED[layer]), default=0)
         return floor[layer]
 
-    used = {layer: {_layer(t) for m, imps in GRAPH.items() if _layer(m) == layer for t, _, _ in imps} - {layer, None}
-            for layer in ALLOWED}
+    used = {
+        layer: {_layer(t) for m, imps in GRAPH.items() if _layer(m) == layer for t, _, _ in imps} - {layer, None}
+        for layer in ALLOWED
+    }
     assert all(used[layer] <= ALLOWED[layer] for layer in ALLOWED)
     assert max(height(layer) for layer in ALLOWED) <= MAX_FLOORS, floor
 

@@ -5,6 +5,7 @@ package's source touches no private name of another library (an attribute ``x._n
 object that is not ours, or a private name imported from torch, torchrl, tensordict, VMAS or numpy)
 that the table does not list.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,7 +55,8 @@ def _touched_private_names() -> dict[str, list[str]]:
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
                 base = node.value
                 if not (isinstance(base, ast.Name) and base.id in ("self", "cls")) and not (
-                        isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
+                    isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"
+                ):
                     names.append(node.attr)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.module.startswith("marl_ppo"):
                 names += [a.name for a in node.names if a.name.startswith("_") and a.name != "__future__"]
@@ -66,8 +68,9 @@ def _touched_private_names() -> dict[str, list[str]]:
 
 def test_every_private_name_the_package_touches_is_in_the_table():
     listed = {row.name for row in PRIVATE_NAMES} | {p for row in PRIVATE_NAMES for p in row.owner.split(".")}
-    unlisted = {name: places for name, places in _touched_private_names().items()
-                if name not in listed and name not in OWN}
+    unlisted = {
+        name: places for name, places in _touched_private_names().items() if name not in listed and name not in OWN
+    }
     assert not unlisted, f"private names of other libraries not in marl_ppo/upstream.py: {unlisted}"
 
 
@@ -77,9 +80,15 @@ def test_getattr_reads_of_private_names_are_listed():
     unlisted = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-                    and str(node.args[1].value).startswith("_") and not str(node.args[1].value).startswith("__")
-                    and node.args[1].value not in listed):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("_")
+                and not str(node.args[1].value).startswith("__")
+                and node.args[1].value not in listed
+            ):
                 unlisted.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.args[1].value}")
     assert not unlisted, unlisted

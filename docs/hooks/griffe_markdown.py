@@ -12,6 +12,7 @@ them, this extension rewrites, on a copy of the text only (the source files are 
 * a grouped ``Args:`` entry (``gamma, lmbda: ...``, ``actors / critics: ...``) into one entry per
   parameter, each with the shared description, so griffe can match them to the signature.
 """
+
 from __future__ import annotations
 
 import html
@@ -41,10 +42,7 @@ def _roles(obj: griffe.Object, text: str) -> str:
         tilde, name = match.groups()
         path = _resolve(obj, name)
         title = name.split(".")[-1] if tilde else name
-        return (
-            f'<autoref identifier="{html.escape(path)}" optional>'
-            f"<code>{html.escape(title)}</code></autoref>"
-        )
+        return f'<autoref identifier="{html.escape(path)}" optional><code>{html.escape(title)}</code></autoref>'
 
     return _ROLE.sub(replace, text)
 
@@ -99,7 +97,7 @@ def _literal_blocks(text: str) -> str:
         # the fence sits at the paragraph's indentation, the block is dedented to it
         pad = len(line) - len(line.lstrip())
         extra = min((len(b) - len(b.lstrip()) for b in block), default=pad) - pad
-        block = [b[max(extra, 0):] for b in block]
+        block = [b[max(extra, 0) :] for b in block]
         out += ["", " " * pad + "```text", *block, " " * pad + "```", ""]
     return "\n".join(out)
 

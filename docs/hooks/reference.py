@@ -17,6 +17,7 @@ fails the build when a committed block differs from what the code generates now,
 
 ``tests/test_docs.py`` imports this file to check the generated tables.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -178,7 +179,8 @@ def config_sections(root: type | None = None, extra: dict[str, str] | None = Non
         problems = []
         if missing:
             problems.append(
-                "config field(s) without a description: " + ", ".join(missing)
+                "config field(s) without a description: "
+                + ", ".join(missing)
                 + ". Document them in the dataclass's `Attributes:` docstring section in "
                 "marl_ppo/config.py (or in EXTRA_DESCRIPTIONS in docs/hooks/reference.py)."
             )
@@ -289,8 +291,10 @@ def render(text: str, name: str, body: str) -> str:
         raise ValueError(f"no {start} marker in the page")
     i = text.index(start)
     j = text.index(end, i) + len(end) if end in text[i:] else i + len(start)
-    block = (f"{start}\n<!-- written by `{REGENERATE}` from the code: edit the code, then run it -->\n\n"
-             f"{body.rstrip()}\n\n{end}")
+    block = (
+        f"{start}\n<!-- written by `{REGENERATE}` from the code: edit the code, then run it -->\n\n"
+        f"{body.rstrip()}\n\n{end}"
+    )
     return text[:i] + block + text[j:]
 
 

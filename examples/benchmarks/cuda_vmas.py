@@ -19,6 +19,7 @@ Without CUDA it stops at once with a clear message (exit 2).
     .venv/bin/python examples/benchmarks/cuda_vmas.py --quick            # 1 024 envs, 2 epochs, 1 iteration
     .venv/bin/python examples/benchmarks/cuda_vmas.py --epochs 10 --iterations 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,8 @@ def main(argv=None) -> None:
     import tensordict
     import torchrl
     import vmas
-
     from large_batch import add_arguments, fill_defaults, fine_tuned_config, report_devices, summarize, time_iterations
+
     from marl_ppo.envs import make_env
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -60,11 +61,15 @@ def main(argv=None) -> None:
         args.frames_per_batch = args.num_envs * 100  # one full episode (max_steps 100) per env
     device = "cuda"
     props = torch.cuda.get_device_properties(0)
-    print(f"cuda_vmas: torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
-          f"torchrl {torchrl.__version__}, tensordict {tensordict.__version__}, vmas {vmas.__version__}")
-    print(f"GPU: {torch.cuda.get_device_name(0)}, {props.total_memory / 2**30:.0f} GiB, "
-          f"compute capability {props.major}.{props.minor}, {torch.cuda.device_count()} device(s); "
-          f"{torch.get_num_threads()} CPU threads")
+    print(
+        f"cuda_vmas: torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
+        f"torchrl {torchrl.__version__}, tensordict {tensordict.__version__}, vmas {vmas.__version__}"
+    )
+    print(
+        f"GPU: {torch.cuda.get_device_name(0)}, {props.total_memory / 2**30:.0f} GiB, "
+        f"compute capability {props.major}.{props.minor}, {torch.cuda.device_count()} device(s); "
+        f"{torch.get_num_threads()} CPU threads"
+    )
 
     cfg = fine_tuned_config(args, device)
 
@@ -81,11 +86,13 @@ def main(argv=None) -> None:
     del env, td
 
     # 2. the trainer's pieces on CUDA
-    print(f"settings (BenchMARL fine-tuned VMAS, sizes for the GPU): navigation x{cfg.env.kwargs['n_agents']}, "
-          f"{args.num_envs} envs, {args.frames_per_batch} frames/iter, {args.epochs} epochs, "
-          f"minibatch {args.minibatch}, lr {cfg.train.lr}, gamma {cfg.loss.gamma}, lambda {cfg.loss.lmbda}, "
-          f"grad-norm clip {cfg.train.max_grad_norm}, "
-          f"env.device={cfg.env.device}, train.device={cfg.train.device}; up to {args.iterations} timed iteration(s)")
+    print(
+        f"settings (BenchMARL fine-tuned VMAS, sizes for the GPU): navigation x{cfg.env.kwargs['n_agents']}, "
+        f"{args.num_envs} envs, {args.frames_per_batch} frames/iter, {args.epochs} epochs, "
+        f"minibatch {args.minibatch}, lr {cfg.train.lr}, gamma {cfg.loss.gamma}, lambda {cfg.loss.lmbda}, "
+        f"grad-norm clip {cfg.train.max_grad_norm}, "
+        f"env.device={cfg.env.device}, train.device={cfg.train.device}; up to {args.iterations} timed iteration(s)"
+    )
     remaining = args.budget_s - (time.perf_counter() - t_start)
     result = time_iterations(cfg, args.iterations, budget_s=max(remaining, 0.0))
     if not result["rows"]["collect"]:

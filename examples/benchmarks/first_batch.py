@@ -8,6 +8,7 @@ default config, build the ``Trainer``, ``fit()``) with a callback that reports, 
 
     .venv/bin/python examples/benchmarks/first_batch.py --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,11 +60,19 @@ def main() -> None:
     rows: dict[str, list[float]] = {}
     for rep in range(args.repeats):
         rows.setdefault("import torch", []).append(timed([sys.executable, "-c", "import torch"], env))
-        rows.setdefault("marl-ppo --help", []).append(timed([sys.executable, "-m", "marl_ppo.cli", "--help"], env)
-                                                      if not Path(marl_ppo).exists() else timed([marl_ppo, "--help"], env))
+        rows.setdefault("marl-ppo --help", []).append(
+            timed([sys.executable, "-m", "marl_ppo.cli", "--help"], env)
+            if not Path(marl_ppo).exists()
+            else timed([marl_ppo, "--help"], env)
+        )
         with tempfile.TemporaryDirectory() as tmp:
-            out = subprocess.run([sys.executable, "-c", CHILD, repr(time.time()), str(args.threads), tmp],
-                                 cwd=ROOT, env=env, capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, repr(time.time()), str(args.threads), tmp],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
         if out.returncode != 0 or "first_batch=" not in out.stdout:
             sys.exit(f"the training child failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
         marks = dict(kv.split("=") for kv in out.stdout.split())
@@ -71,9 +80,13 @@ def main() -> None:
             rows.setdefault(k, []).append(float(marks[k]))
         print(f"  repeat {rep + 1}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in rows.items()), flush=True)
     print(f"\nmedians over {args.repeats} (seconds since the process was spawned)")
-    labels = {"import torch": 'python -c "import torch"', "marl-ppo --help": "marl-ppo --help",
-              "imports": "train: marl_ppo imported", "built": "train: Trainer built (env, networks, run dir)",
-              "first_batch": f"train: first batch collected ({marks['frames']} frames)"}
+    labels = {
+        "import torch": 'python -c "import torch"',
+        "marl-ppo --help": "marl-ppo --help",
+        "imports": "train: marl_ppo imported",
+        "built": "train: Trainer built (env, networks, run dir)",
+        "first_batch": f"train: first batch collected ({marks['frames']} frames)",
+    }
     for k, label in labels.items():
         print(f"  {label:<48}{statistics.median(rows[k]):7.2f}")
 

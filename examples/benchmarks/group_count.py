@@ -22,6 +22,7 @@ Run (a few minutes; use a quiet machine):
 
 On a shared machine pass ``--threads 1`` (see throughput.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,9 @@ from tensordict import TensorDict
 from torchrl.data import Bounded
 
 from marl_ppo.core.aggregate import AggregatedStep
-from marl_ppo.groups import GroupSpec
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.update import ppo_update
+from marl_ppo.groups import GroupSpec
 
 OBS_DIM, ACT_DIM, N_AGENTS = 18, 2, 8
 FULL = dict(repeats=3, envs=60, steps=100, epochs=5, minibatch=400)
@@ -96,12 +97,15 @@ def make_batch(groups: dict[str, GroupSpec], router: GroupRouter, envs: int, ste
         seq = torch.randn(envs, steps + 1, n, OBS_DIM)
         d = done[:, :, None, None].expand(envs, steps, n, 1).clone()
         root[g] = TensorDict({"observation": seq[:, :-1]}, [envs, steps, n])
-        nxt[g] = TensorDict({
-            "observation": seq[:, 1:],
-            "train_reward": torch.randn(envs, steps, n, 1),
-            "train_done": d,
-            "train_terminated": d.clone(),
-        }, [envs, steps, n])
+        nxt[g] = TensorDict(
+            {
+                "observation": seq[:, 1:],
+                "train_reward": torch.randn(envs, steps, n, 1),
+                "train_done": d,
+                "train_terminated": d.clone(),
+            },
+            [envs, steps, n],
+        )
     td = TensorDict({**root, "next": TensorDict(nxt, [envs, steps])}, [envs, steps])
     with torch.no_grad():
         router.policy(td)
@@ -110,8 +114,16 @@ def make_batch(groups: dict[str, GroupSpec], router: GroupRouter, envs: int, ste
 
 def build(groups: dict[str, GroupSpec], algorithm: str, bundle_groups: bool = True):
     router = GroupRouter.from_specs(
-        groups, algorithm=algorithm, hidden=(256, 256), activation="tanh", clip_epsilon=0.2,
-        entropy_coeff=0.0, normalize_advantage=False, gamma=0.99, lmbda=0.9, bundle_groups=bundle_groups,
+        groups,
+        algorithm=algorithm,
+        hidden=(256, 256),
+        activation="tanh",
+        clip_epsilon=0.2,
+        entropy_coeff=0.0,
+        normalize_advantage=False,
+        gamma=0.99,
+        lmbda=0.9,
+        bundle_groups=bundle_groups,
     )
     return router, AggregatedStep(router, lr=5e-5, max_grad_norm=5.0)
 
@@ -120,9 +132,11 @@ def main() -> None:
     args = parse_args()
     n = args.envs * args.steps
     n_steps = args.epochs * max(n // args.minibatch, 1)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.algorithm}, {N_AGENTS} agents "
-          f"(obs {OBS_DIM}, act {ACT_DIM}), batch {args.envs}x{args.steps} = {n}, {args.epochs} epochs, "
-          f"minibatch {args.minibatch} ({n_steps} gradient steps), {args.repeats} repeats")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.algorithm}, {N_AGENTS} agents "
+        f"(obs {OBS_DIM}, act {ACT_DIM}), batch {args.envs}x{args.steps} = {n}, {args.epochs} epochs, "
+        f"minibatch {args.minibatch} ({n_steps} gradient steps), {args.repeats} repeats"
+    )
     runs = {}
     for name, (groups, bundle_groups) in layouts().items():
         torch.manual_seed(0)
@@ -153,8 +167,10 @@ def main() -> None:
     for name, (router, _, _, n_params) in runs.items():
         m = med[name]
         calls = len(router.groups) - sum(len(b) - 1 for b in router.bundles)
-        print(f"  {name:<10}{len(router.groups):>7}{calls:>6}{n_params:>10}{m['gae']:>9.3f}{m['update']:>10.2f}"
-              f"{1e3 * m['update'] / n_steps:>9.2f}")
+        print(
+            f"  {name:<10}{len(router.groups):>7}{calls:>6}{n_params:>10}{m['gae']:>9.3f}{m['update']:>10.2f}"
+            f"{1e3 * m['update'] / n_steps:>9.2f}"
+        )
     print(f"  update ratio 8x1 / 1x8         {med['8x1']['update'] / med['1x8']['update']:.2f}x   (target <= 1.5x)")
     print(f"  update ratio 8x1-calls / 1x8   {med['8x1-calls']['update'] / med['1x8']['update']:.2f}x")
     print(f"  GAE ratio 8x1 / 1x8            {med['8x1']['gae'] / med['1x8']['gae']:.2f}x")

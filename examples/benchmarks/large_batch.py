@@ -26,6 +26,7 @@ Run (on CPU about a minute per iteration, twice that with ``--floor``; use a qui
 
 On a shared machine pass ``--threads 1`` (see throughput.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,20 +35,30 @@ import statistics
 import time
 
 import torch
-
-from marl_ppo.run.build import build_collector
-from marl_ppo.config import Config, load_config
-from marl_ppo.run.build import Parts, build
-from marl_ppo.core.update import ppo_update
 from throughput import GROUP, Floor, batch_tensors
 from vs_benchmarl import navigation_overrides
+
+from marl_ppo.config import Config, load_config
+from marl_ppo.core.update import ppo_update
+from marl_ppo.run.build import Parts, build, build_collector
 
 FULL = dict(iterations=3, num_envs=600, frames_per_batch=60_000, epochs=45, minibatch=4096)
 QUICK = dict(iterations=1, num_envs=60, frames_per_batch=6000, epochs=2, minibatch=1024)
 
 # BenchMARL's fine-tuned VMAS values (fine_tuned/vmas/conf/config.yaml + the base mappo/mlp YAMLs).
-FINE_TUNED = dict(gamma=0.9, lr=5e-5, max_grad_norm=5.0, lmbda=0.9, clip_epsilon=0.2, entropy_coeff=0.0,
-                  critic="l2 x1", hidden=[256, 256], activation="tanh", n_agents=3, max_steps=100)
+FINE_TUNED = dict(
+    gamma=0.9,
+    lr=5e-5,
+    max_grad_norm=5.0,
+    lmbda=0.9,
+    clip_epsilon=0.2,
+    entropy_coeff=0.0,
+    critic="l2 x1",
+    hidden=[256, 256],
+    activation="tanh",
+    n_agents=3,
+    max_steps=100,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,12 +95,24 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def fine_tuned_config(args, device: str) -> Config:
     """Our config for BenchMARL's fine-tuned VMAS MAPPO on navigation, at ``args``' sizes."""
-    return load_config(overrides=navigation_overrides(
-        n_envs=args.num_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs, minibatch=args.minibatch,
-        total_frames=args.frames_per_batch * (args.iterations + 1), seed=args.seed, gamma=FINE_TUNED["gamma"],
-        device=device,
-    ) + ["log.progress=false", "log.plot=false", f"train.compile={str(getattr(args, 'compile', False)).lower()}",
-         "loss.value_norm=none"])  # the floor's critic regresses raw targets: the same work
+    return load_config(
+        overrides=navigation_overrides(
+            n_envs=args.num_envs,
+            frames_per_batch=args.frames_per_batch,
+            epochs=args.epochs,
+            minibatch=args.minibatch,
+            total_frames=args.frames_per_batch * (args.iterations + 1),
+            seed=args.seed,
+            gamma=FINE_TUNED["gamma"],
+            device=device,
+        )
+        + [
+            "log.progress=false",
+            "log.plot=false",
+            f"train.compile={str(getattr(args, 'compile', False)).lower()}",
+            "loss.value_norm=none",
+        ]
+    )  # the floor's critic regresses raw targets: the same work
 
 
 def off_device(parts: Parts, batch, device: str) -> tuple[list[str], list[str]]:
@@ -99,12 +122,16 @@ def off_device(parts: Parts, batch, device: str) -> tuple[list[str], list[str]]:
     tensors; a 0-d CPU tensor in a CUDA op is read as a scalar, so these work, but are listed).
     """
     want = torch.device(device).type
-    bad = [f"batch {'/'.join((k,) if isinstance(k, str) else k)}:{v.device}"
-           for k, v in batch.items(include_nested=True, leaves_only=True) if v.device.type != want]
+    bad = [
+        f"batch {'/'.join((k,) if isinstance(k, str) else k)}:{v.device}"
+        for k, v in batch.items(include_nested=True, leaves_only=True)
+        if v.device.type != want
+    ]
     bad += [f"param {n}:{p.device}" for n, p in parts.router.named_parameters() if p.device.type != want]
     for state in parts.step.optimizer.state.values():
-        bad += [f"adam {k}:{v.device}" for k, v in state.items()
-                if torch.is_tensor(v) and v.ndim and v.device.type != want]
+        bad += [
+            f"adam {k}:{v.device}" for k, v in state.items() if torch.is_tensor(v) and v.ndim and v.device.type != want
+        ]
     notes = [f"buffer {n}:{b.device}" for n, b in parts.router.named_buffers() if b.device.type != want]
     return bad, notes
 
@@ -121,8 +148,9 @@ def report_devices(parts: Parts, batch, device: str, log=print) -> bool:
     return not bad
 
 
-def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = None, log=print,
-                    floor: bool = False) -> dict:
+def time_iterations(
+    cfg: Config, iterations: int, *, budget_s: float | None = None, log=print, floor: bool = False
+) -> dict:
     """Warm-up, then ``iterations`` timed ones (fewer if ``budget_s`` runs out). Returns the rows and the parts.
 
     ``floor``: the update alternates, every 5 epochs, with throughput.py's raw-torch floor on the same
@@ -166,14 +194,15 @@ def time_iterations(cfg: Config, iterations: int, *, budget_s: float | None = No
             t_update, t_floor = _update(parts, batch, cfg, raw)
             collector.update_policy_weights_()
             sync()
-            t3 = time.perf_counter()
             for k, v in (("collect", t1 - t0), ("adv", t2 - t1), ("update", t_update)):
                 rows[k].append(v)
             if raw is not None:
                 rows["floor"].append(t_floor)
-            log(f"  iteration {it + 1}: collect {t1 - t0:.2f}s  adv {t2 - t1:.3f}s  update {t_update:.2f}s  "
+            log(
+                f"  iteration {it + 1}: collect {t1 - t0:.2f}s  adv {t2 - t1:.3f}s  update {t_update:.2f}s  "
                 + (f"floor {t_floor:.2f}s (ratio {t_update / t_floor:.2f}x)  " if raw is not None else "")
-                + f"frames/s {batch.numel() / (t1 - t0 + t2 - t1 + t_update):.0f}")
+                + f"frames/s {batch.numel() / (t1 - t0 + t2 - t1 + t_update):.0f}"
+            )
     finally:
         collector.shutdown()
     return {"rows": rows, "parts": parts, "batch": batch, "frames": batch.numel()}
@@ -184,8 +213,16 @@ def _floor(parts: Parts, cfg: Config):
     spec = parts.groups[GROUP]
     act = spec.agent_action_spec
     n_agents, obs_dim = spec.observation_shape
-    return Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
-                 lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
+    return Floor(
+        obs_dim,
+        act.shape[-1],
+        n_agents,
+        act.space.low[0].clone(),
+        act.space.high[0].clone(),
+        lr=cfg.train.lr,
+        clip=cfg.loss.clip_epsilon,
+        max_grad_norm=cfg.train.max_grad_norm,
+    )
 
 
 def _update(parts: Parts, batch, cfg: Config, raw, chunk: int = 5) -> tuple[float, float]:
@@ -216,24 +253,35 @@ def summarize(result: dict, cfg: Config, log=print) -> dict:
     n_mb = max(frames // cfg.train.minibatch_size, 1)
     steps = cfg.train.num_epochs * n_mb
     out = {
-        "iteration_s": it_s, "fps": frames / it_s, "collect_fps": frames / med["collect"],
-        "collect_share": med["collect"] / it_s, "update_share": (med["adv"] + med["update"]) / it_s,
-        "ms_per_step": 1e3 * med["update"] / steps, **{f"{k}_s": v for k, v in med.items()},
+        "iteration_s": it_s,
+        "fps": frames / it_s,
+        "collect_fps": frames / med["collect"],
+        "collect_share": med["collect"] / it_s,
+        "update_share": (med["adv"] + med["update"]) / it_s,
+        "ms_per_step": 1e3 * med["update"] / steps,
+        **{f"{k}_s": v for k, v in med.items()},
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    log(f"\nper iteration (median of {len(rows['collect'])}; {frames} frames, {cfg.train.num_epochs} epochs x "
-        f"{n_mb} minibatches of {cfg.train.minibatch_size} = {steps} gradient steps)")
+    log(
+        f"\nper iteration (median of {len(rows['collect'])}; {frames} frames, {cfg.train.num_epochs} epochs x "
+        f"{n_mb} minibatches of {cfg.train.minibatch_size} = {steps} gradient steps)"
+    )
     log(f"  collect        {med['collect']:8.2f}s  ({100 * out['collect_share']:.0f}%)")
     log(f"  reward+GAE     {med['adv']:8.3f}s")
-    log(f"  ppo_update     {med['update']:8.2f}s  ({100 * out['update_share']:.0f}% with reward+GAE; "
-        f"{out['ms_per_step']:.2f} ms/step)")
+    log(
+        f"  ppo_update     {med['update']:8.2f}s  ({100 * out['update_share']:.0f}% with reward+GAE; "
+        f"{out['ms_per_step']:.2f} ms/step)"
+    )
     log(f"  iteration      {it_s:8.2f}s")
     if "floor" in rows:
         ratios = [u / f for u, f in zip(rows["update"], rows["floor"])]
         out["update_floor_ratio"] = statistics.median(ratios)
         log(f"  floor update   {med['floor']:8.2f}s  ({1e3 * med['floor'] / steps:.2f} ms/step)")
-        log(f"update ratio ours/floor {out['update_floor_ratio']:.2f}x  (iterations: "
-            + ", ".join(f"{r:.2f}" for r in ratios) + ")")
+        log(
+            f"update ratio ours/floor {out['update_floor_ratio']:.2f}x  (iterations: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+            + ")"
+        )
     log(f"frames/s {out['fps']:.0f}  (collect only {out['collect_fps']:.0f})")
     log(f"split collect/update {100 * out['collect_share']:.0f}/{100 * out['update_share']:.0f}")
     log(f"peak RSS {out['peak_rss_mib']:.0f} MiB")
@@ -247,12 +295,14 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = fine_tuned_config(args, args.device)
     print(f"large_batch: torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
-    print(f"settings (BenchMARL fine-tuned VMAS): navigation x{cfg.env.kwargs['n_agents']}, {args.num_envs} envs, "
-          f"max_steps {cfg.env.max_steps}, {args.frames_per_batch} frames/iter, {args.epochs} epochs, "
-          f"minibatch {args.minibatch}, lr {cfg.train.lr}, gamma {cfg.loss.gamma}, lambda {cfg.loss.lmbda}, "
-          f"clip {cfg.loss.clip_epsilon}, entropy {cfg.loss.entropy_coeff}, critic {cfg.loss.loss_critic_type} "
-          f"x{cfg.loss.critic_coeff}, grad-norm clip {cfg.train.max_grad_norm}, MLP {cfg.model.hidden} "
-          f"{cfg.model.activation}, shared params, centralised critic; {args.iterations} timed iteration(s)")
+    print(
+        f"settings (BenchMARL fine-tuned VMAS): navigation x{cfg.env.kwargs['n_agents']}, {args.num_envs} envs, "
+        f"max_steps {cfg.env.max_steps}, {args.frames_per_batch} frames/iter, {args.epochs} epochs, "
+        f"minibatch {args.minibatch}, lr {cfg.train.lr}, gamma {cfg.loss.gamma}, lambda {cfg.loss.lmbda}, "
+        f"clip {cfg.loss.clip_epsilon}, entropy {cfg.loss.entropy_coeff}, critic {cfg.loss.loss_critic_type} "
+        f"x{cfg.loss.critic_coeff}, grad-norm clip {cfg.train.max_grad_norm}, MLP {cfg.model.hidden} "
+        f"{cfg.model.activation}, shared params, centralised critic; {args.iterations} timed iteration(s)"
+    )
     result = time_iterations(cfg, args.iterations, floor=args.floor)
     report_devices(result["parts"], result["batch"], args.device)
     summarize(result, cfg)

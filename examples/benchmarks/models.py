@@ -27,6 +27,7 @@ our config, as ``vs_benchmarl.py`` does for navigation), at the same frames.
 A run directory that already holds a ``summary.json`` of the same command is reused (an
 interrupted benchmark continues where it stopped); ``--rerun`` runs everything again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,17 +86,52 @@ class Task:
 
 
 TASKS = {
-    "navigation": Task("navigation", "navigation.yaml", True,
-                       ("env.num_envs=10", "env.max_steps=20", "train.frames_per_batch=200", "train.num_epochs=1",
-                        "train.minibatch_size=100", "model.hidden=[32]"), s_per_kframe=0.5,
-                       benchmarl_config_s_per_kframe=2.5, benchmarl_s_per_kframe=3.4),
-    "balance": Task("balance", "balance.yaml", True,
-                    ("env.num_envs=10", "env.max_steps=20", "train.frames_per_batch=200", "train.num_epochs=1",
-                     "train.minibatch_size=100", "model.hidden=[32]"), s_per_kframe=0.85,
-                    benchmarl_config_s_per_kframe=3.5, benchmarl_s_per_kframe=2.0),
-    "simple_spread": Task("simple_spread", "simple_spread.yaml", False,
-                          ("env.num_envs=2", "env.max_steps=10", "train.frames_per_batch=40", "train.num_epochs=1",
-                           "train.minibatch_size=20", "model.hidden=[32]"), s_per_kframe=1.5),
+    "navigation": Task(
+        "navigation",
+        "navigation.yaml",
+        True,
+        (
+            "env.num_envs=10",
+            "env.max_steps=20",
+            "train.frames_per_batch=200",
+            "train.num_epochs=1",
+            "train.minibatch_size=100",
+            "model.hidden=[32]",
+        ),
+        s_per_kframe=0.5,
+        benchmarl_config_s_per_kframe=2.5,
+        benchmarl_s_per_kframe=3.4,
+    ),
+    "balance": Task(
+        "balance",
+        "balance.yaml",
+        True,
+        (
+            "env.num_envs=10",
+            "env.max_steps=20",
+            "train.frames_per_batch=200",
+            "train.num_epochs=1",
+            "train.minibatch_size=100",
+            "model.hidden=[32]",
+        ),
+        s_per_kframe=0.85,
+        benchmarl_config_s_per_kframe=3.5,
+        benchmarl_s_per_kframe=2.0,
+    ),
+    "simple_spread": Task(
+        "simple_spread",
+        "simple_spread.yaml",
+        False,
+        (
+            "env.num_envs=2",
+            "env.max_steps=10",
+            "train.frames_per_batch=40",
+            "train.num_epochs=1",
+            "train.minibatch_size=20",
+            "model.hidden=[32]",
+        ),
+        s_per_kframe=1.5,
+    ),
 }
 QUICK_FRAMES = {"navigation": 400, "balance": 400, "simple_spread": 80}
 # with --quick: benchmarl_baseline.py cannot shorten BenchMARL's 100-step episodes, so its quick run is
@@ -155,8 +191,13 @@ def benchmarl_config_overrides(task: str, quick: bool) -> list[str]:
     """Our overrides for BenchMARL's base MAPPO config on a VMAS task (vs_benchmarl.py's, on ``task``;
     ``quick``: --quick's tiny sizes instead)."""
     sizes = dict(frames_per_batch=200, epochs=1, minibatch=100, n_envs=10) if quick else FULL_BENCHMARL
-    base = navigation_overrides(n_envs=sizes["n_envs"], frames_per_batch=sizes["frames_per_batch"],
-                                epochs=sizes["epochs"], minibatch=sizes["minibatch"], total_frames=1)
+    base = navigation_overrides(
+        n_envs=sizes["n_envs"],
+        frames_per_batch=sizes["frames_per_batch"],
+        epochs=sizes["epochs"],
+        minibatch=sizes["minibatch"],
+        total_frames=1,
+    )
     out = []
     for o in base:
         key = o.split("=", 1)[0]
@@ -186,8 +227,10 @@ def plan(args) -> tuple[list[Run], list[Run], list[Run]]:
             if args.on_benchmarl_config:  # each variant's options on top of BenchMARL's config
                 if not task.benchmarl:
                     continue
-                variants = {f"{v} on BenchMARL's config": [*benchmarl_config_overrides(tname, args.quick), *o]
-                            for v, o in variants.items()}
+                variants = {
+                    f"{v} on BenchMARL's config": [*benchmarl_config_overrides(tname, args.quick), *o]
+                    for v, o in variants.items()
+                }
             if args.benchmarl and task.benchmarl:
                 variants[BENCHMARL_CONFIG] = benchmarl_config_overrides(tname, args.quick)
             for vname, vover in variants.items():
@@ -195,10 +238,18 @@ def plan(args) -> tuple[list[Run], list[Run], list[Run]]:
                 if frames:
                     overrides.append(f"train.total_frames={frames}")
                 name = f"{tname}-{_slug(vname)}-seed{seed}"
-                overrides += [f"train.seed={seed}", f"train.num_threads={args.threads}", "log.progress=false",
-                              "log.plot=false", "log.checkpoint_every=0", "log.eval_every=0",
-                              f"log.eval_episodes={args.eval_episodes}", "log.loggers=[csv]",
-                              f"log.root={out / 'runs'}", f"log.name={name}"]
+                overrides += [
+                    f"train.seed={seed}",
+                    f"train.num_threads={args.threads}",
+                    "log.progress=false",
+                    "log.plot=false",
+                    "log.checkpoint_every=0",
+                    "log.eval_every=0",
+                    f"log.eval_episodes={args.eval_episodes}",
+                    "log.loggers=[csv]",
+                    f"log.root={out / 'runs'}",
+                    f"log.name={name}",
+                ]
                 ours.append(Run(tname, vname, seed, overrides, str(out / "runs" / name)))
                 order.append(ours[-1])
             if args.benchmarl and task.benchmarl:
@@ -263,8 +314,11 @@ def _final_returns(run_dir: Path) -> tuple[int, float, float]:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     scalars = read_scalars(run_dir)
-    train = [pts[-1][1] for key, pts in scalars.items()
-             if key.startswith("collect/") and key.endswith("/episode_reward") and pts]
+    train = [
+        pts[-1][1]
+        for key, pts in scalars.items()
+        if key.startswith("collect/") and key.endswith("/episode_reward") and pts
+    ]
     evals = [v for k, v in summary.items() if k.startswith("eval/") and k.endswith("/episode_reward")]
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     return int(summary["frames"]), mean(train), mean(evals)
@@ -272,11 +326,21 @@ def _final_returns(run_dir: Path) -> tuple[int, float, float]:
 
 def run_ours(args, run: Run) -> Run:
     run_dir = Path(run.run_dir)
-    run.command = [sys.executable, "-m", "marl_ppo.cli", "train", str(ROOT / "configs" / TASKS[run.task].config),
-                   *run.overrides]
+    run.command = [
+        sys.executable,
+        "-m",
+        "marl_ppo.cli",
+        "train",
+        str(ROOT / "configs" / TASKS[run.task].config),
+        *run.overrides,
+    ]
     stamp = run_dir / "models_run.json"
-    if not args.rerun and (run_dir / "summary.json").exists() and stamp.exists() \
-            and json.loads(stamp.read_text()).get("command") == run.command[1:]:
+    if (
+        not args.rerun
+        and (run_dir / "summary.json").exists()
+        and stamp.exists()
+        and json.loads(stamp.read_text()).get("command") == run.command[1:]
+    ):
         run.frames, run.train_return, run.eval_return = _final_returns(run_dir)
         run.wall_s, run.rc, run.reused = json.loads(stamp.read_text()).get("wall_s", 0.0), 0, True
         return run
@@ -297,9 +361,26 @@ def run_ours(args, run: Run) -> Run:
 
 def run_benchmarl(args, run: Run, frames: int) -> Run:
     sizes = QUICK_BENCHMARL if args.quick else FULL_BENCHMARL
-    run.command = ["bash", args.benchmarl_script, "--task", run.task, "--frames", str(frames), "--seed", str(run.seed),
-                   "--frames-per-batch", str(sizes["frames_per_batch"]), "--epochs", str(sizes["epochs"]),
-                   "--minibatch", str(sizes["minibatch"]), "--n-envs", str(sizes["n_envs"]), "--out", run.run_dir]
+    run.command = [
+        "bash",
+        args.benchmarl_script,
+        "--task",
+        run.task,
+        "--frames",
+        str(frames),
+        "--seed",
+        str(run.seed),
+        "--frames-per-batch",
+        str(sizes["frames_per_batch"]),
+        "--epochs",
+        str(sizes["epochs"]),
+        "--minibatch",
+        str(sizes["minibatch"]),
+        "--n-envs",
+        str(sizes["n_envs"]),
+        "--out",
+        run.run_dir,
+    ]
     Path(run.run_dir).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     proc = subprocess.run(run.command, cwd=ROOT, env=child_env(args.threads), capture_output=True, text=True)
@@ -338,21 +419,35 @@ def table(runs: list[Run]) -> list[dict]:
         ok = [r for r in rs if r.rc == 0]
         tm, ts = _mean_sd([r.train_return for r in ok])
         em, es = _mean_sd([r.eval_return for r in ok])
-        out.append({"task": task, "variant": variant, "seeds": len(ok), "failed": len(rs) - len(ok),
-                    "frames": max((r.frames for r in ok), default=0), "train_mean": tm, "train_sd": ts,
-                    "eval_mean": em, "eval_sd": es,
-                    "wall_s_per_run": statistics.fmean([r.wall_s for r in ok]) if ok else float("nan")})
+        out.append(
+            {
+                "task": task,
+                "variant": variant,
+                "seeds": len(ok),
+                "failed": len(rs) - len(ok),
+                "frames": max((r.frames for r in ok), default=0),
+                "train_mean": tm,
+                "train_sd": ts,
+                "eval_mean": em,
+                "eval_sd": es,
+                "wall_s_per_run": statistics.fmean([r.wall_s for r in ok]) if ok else float("nan"),
+            }
+        )
     return out
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| task | variant | seeds | frames | train return (mean ± sd) | eval return (mean ± sd) | s/run |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| task | variant | seeds | frames | train return (mean ± sd) | eval return (mean ± sd) | s/run |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         seeds = f"{r['seeds']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
-        lines.append(f"| {r['task']} | {r['variant']} | {seeds} | {r['frames']} "
-                     f"| {_fmt(r['train_mean'], r['train_sd'])} | {_fmt(r['eval_mean'], r['eval_sd'])} "
-                     f"| {'n/a' if math.isnan(r['wall_s_per_run']) else format(r['wall_s_per_run'], '.0f')} |")
+        lines.append(
+            f"| {r['task']} | {r['variant']} | {seeds} | {r['frames']} "
+            f"| {_fmt(r['train_mean'], r['train_sd'])} | {_fmt(r['eval_mean'], r['eval_sd'])} "
+            f"| {'n/a' if math.isnan(r['wall_s_per_run']) else format(r['wall_s_per_run'], '.0f')} |"
+        )
     return "\n".join(lines)
 
 
@@ -362,23 +457,40 @@ def markdown(rows: list[dict]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {list(TASKS)}")
-    p.add_argument("--variants", help=f"comma-separated names of {list(VARIANTS)}, or 'none'; default: all of "
-                                       "them, or none when --variant or --factorial is given")
-    p.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
-                   help="one more variant: a name and its overrides (repeatable)")
-    p.add_argument("--factorial", action="store_true",
-                   help="also every combination of "
-                        + " x ".join(f"{k} {{{', '.join(v)}}}" for k, v in FACTORS.items()))
+    p.add_argument(
+        "--variants",
+        help=f"comma-separated names of {list(VARIANTS)}, or 'none'; default: all of "
+        "them, or none when --variant or --factorial is given",
+    )
+    p.add_argument(
+        "--variant",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar=("NAME", "KEY=VALUE"),
+        help="one more variant: a name and its overrides (repeatable)",
+    )
+    p.add_argument(
+        "--factorial",
+        action="store_true",
+        help="also every combination of " + " x ".join(f"{k} {{{', '.join(v)}}}" for k, v in FACTORS.items()),
+    )
     p.add_argument("--seeds", type=int, default=3, help="seeds per (task, variant): --seed .. --seed + N - 1")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument("--frames", type=int, help="frames per run, every task (default: each task config's total_frames)")
     p.add_argument("--eval-episodes", type=int, default=50, help="final deterministic evaluation episodes per run")
     p.add_argument("--threads", type=int, default=1, help="train.num_threads (and OMP/MKL threads) of each run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and frames: a smoke check of the script")
-    p.add_argument("--benchmarl", action="store_true",
-                   help="also BenchMARL's MAPPO and 'ours on BenchMARL's config' on the VMAS tasks")
-    p.add_argument("--on-benchmarl-config", action="store_true",
-                   help="run each variant on BenchMARL's config (VMAS tasks only) instead of the task's own")
+    p.add_argument(
+        "--benchmarl",
+        action="store_true",
+        help="also BenchMARL's MAPPO and 'ours on BenchMARL's config' on the VMAS tasks",
+    )
+    p.add_argument(
+        "--on-benchmarl-config",
+        action="store_true",
+        help="run each variant on BenchMARL's config (VMAS tasks only) instead of the task's own",
+    )
     p.add_argument("--benchmarl-script", default=str(BENCHMARL_SH), help="path of benchmarl_baseline.sh")
     p.add_argument("--out", help="run directories (default: a new temporary folder, kept)")
     p.add_argument("--json", help="results file (default: <out>/models_results.json)")
@@ -425,21 +537,29 @@ def main(argv=None) -> int:
     est = {id(r): estimate_s(args, r, frames[id(r)]) for r in ours + theirs}
     total = sum(est.values())
     bm = f" (+ {BENCHMARL_CONFIG!r} and {BENCHMARL} on the VMAS tasks)" if theirs else ""
-    print(f"models.py: {len(ours)} runs of ours + {len(theirs)} of BenchMARL = {len(ours) + len(theirs)} runs: "
-          f"{len(args.tasks)} task(s) x {len(args.variant_map)} variant(s){bm} x {args.seeds} seed(s), "
-          f"one at a time, {args.threads} thread(s) each")
+    print(
+        f"models.py: {len(ours)} runs of ours + {len(theirs)} of BenchMARL = {len(ours) + len(theirs)} runs: "
+        f"{len(args.tasks)} task(s) x {len(args.variant_map)} variant(s){bm} x {args.seeds} seed(s), "
+        f"one at a time, {args.threads} thread(s) each"
+    )
     for tname in args.tasks:
         f = sorted({frames[id(r)] for r in ours + theirs if r.task == tname})
         print(f"  {tname}: {TASKS[tname].config}, frames per run {f}")
     for name, over in args.variant_map.items():
         print(f"  variant {name!r}: {' '.join(over) or '(the task config as it is)'}")
     if theirs:
-        print(f"  variant {BENCHMARL_CONFIG!r} (VMAS tasks): " + " ".join(
-            benchmarl_config_overrides(theirs[0].task, args.quick)))
-        print(f"  {BENCHMARL}: {args.benchmarl_script} (venv "
-              f"{'found' if benchmarl_conf_dir() else 'not found: the first run installs it, minutes'})")
-    print(f"estimated time: {_duration(total)} on a 2-core machine with 1 thread per run (rough: from 2-iteration "
-          f"timings of each task on a shared machine; recurrent variants guessed at {RECURRENT_COST:g}x the MLP)")
+        print(
+            f"  variant {BENCHMARL_CONFIG!r} (VMAS tasks): "
+            + " ".join(benchmarl_config_overrides(theirs[0].task, args.quick))
+        )
+        print(
+            f"  {BENCHMARL}: {args.benchmarl_script} (venv "
+            f"{'found' if benchmarl_conf_dir() else 'not found: the first run installs it, minutes'})"
+        )
+    print(
+        f"estimated time: {_duration(total)} on a 2-core machine with 1 thread per run (rough: from 2-iteration "
+        f"timings of each task on a shared machine; recurrent variants guessed at {RECURRENT_COST:g}x the MLP)"
+    )
     print(f"run directories: {args.out}; results: {args.json}", flush=True)
     if args.dry_run:
         for r in order:
@@ -454,8 +574,11 @@ def main(argv=None) -> int:
         elapsed = time.perf_counter() - t_start
         left = (total - spent_est) * (elapsed / spent_est if spent_est and not r.reused else 1.0)
         status = ("reused" if r.reused else f"{r.wall_s:.0f}s") if r.rc == 0 else f"FAILED rc={r.rc}: {r.error}"
-        print(f"[{i}/{len(order)}] {r.task} / {r.variant} / seed {r.seed}: train {r.train_return:.3f} "
-              f"eval {r.eval_return:.3f} ({status}); about {_duration(left)} left", flush=True)
+        print(
+            f"[{i}/{len(order)}] {r.task} / {r.variant} / seed {r.seed}: train {r.train_return:.3f} "
+            f"eval {r.eval_return:.3f} ({status}); about {_duration(left)} left",
+            flush=True,
+        )
         _write(args, done)
     rows = _write(args, done)
     print()

@@ -15,6 +15,7 @@
     python examples/benchmarks/scale_out.py --threads 1
     python examples/benchmarks/scale_out.py --quick --threads 1          # smoke: 4 runs, 2 batches
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,19 @@ def launcher_overhead(launcher: str, seeds: tuple[int, ...], slots: int, out: Pa
 
 
 def collection_fps(backend: str, num_envs: int, batches: int, threads: int) -> float:
-    from marl_ppo.run.build import build_collector
     from marl_ppo.config import load_config
-    from marl_ppo.run.build import build
+    from marl_ppo.run.build import build, build_collector
 
     n = 1 if backend == "direct" else 2
-    cfg = load_config(overrides=[f"env.num_envs={num_envs}", f"train.frames_per_batch={num_envs * 100}",
-                                 f"train.num_threads={threads}", f"train.collector.backend={backend}",
-                                 f"train.collector.num_collectors={n}"])
+    cfg = load_config(
+        overrides=[
+            f"env.num_envs={num_envs}",
+            f"train.frames_per_batch={num_envs * 100}",
+            f"train.num_threads={threads}",
+            f"train.collector.backend={backend}",
+            f"train.collector.num_collectors={n}",
+        ]
+    )
     parts = build(cfg)
     frames = cfg.train.frames_per_batch
     collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=(batches + 1) * frames)
@@ -85,20 +91,26 @@ def main() -> None:
     if args.ray_address:
         ray.init(address=args.ray_address, log_to_driver=False)
     else:
-        ray.init(num_cpus=args.ray_cpus, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            num_cpus=args.ray_cpus, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False
+        )
     print(f"ray cluster up in {time.perf_counter() - t0:.1f}s ({ray.cluster_resources().get('CPU', 0):g} CPUs)")
     try:
         if "launchers" not in args.skip:
             with tempfile.TemporaryDirectory() as tmp:
                 for launcher in ("local", "ray"):
                     r = launcher_overhead(launcher, seeds, 2, Path(tmp) / launcher)
-                    print(f"launcher {launcher}: " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                                                               for k, v in r.items()))
+                    print(
+                        f"launcher {launcher}: "
+                        + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+                    )
         if "collection" not in args.skip:
             for backend in ("direct", "process", "ray"):
                 fps = collection_fps(backend, args.num_envs, batches, args.threads)
-                print(f"collect {backend}: envs={args.num_envs} workers={1 if backend == 'direct' else 2} "
-                      f"frames_per_s={fps:.0f}")
+                print(
+                    f"collect {backend}: envs={args.num_envs} workers={1 if backend == 'direct' else 2} "
+                    f"frames_per_s={fps:.0f}"
+                )
     finally:
         ray.shutdown()
 

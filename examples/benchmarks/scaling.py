@@ -3,8 +3,9 @@ frames/s against the number of vectorised envs.
 
 1. Update: MAPPO on VMAS navigation with 3, 12 and 48 agents (``--agents``), 6 000 frames per
    batch (60 envs), minibatch 400, our default MLP 256x2 and centralised critic (its input grows
-   with the agents: ``n_agents x 18``), the spawning area ``sqrt(n/3)`` on a side. Times ``ppo_update`` over ``--epochs`` epochs after a
-   one-minibatch warm-up, and divides by epochs x frames x agents: microseconds per agent-sample.
+   with the agents: ``n_agents x 18``), the spawning area ``sqrt(n/3)`` on a side. Times ``ppo_update``
+   over ``--epochs`` epochs after a one-minibatch warm-up, and divides by epochs x frames x agents:
+   microseconds per agent-sample.
 2. Collection: navigation with 3 agents at ``--envs`` vectorised envs (10 to 4 096), ``--steps``
    steps per batch; frames/s of our direct collector (``make_collector``: the lean VMAS
    collector) and of torchrl's ``Collector`` on the same env and policy, alternating, the median
@@ -13,6 +14,7 @@ frames/s against the number of vectorised envs.
     .venv/bin/python examples/benchmarks/scaling.py --threads 1
     .venv/bin/python examples/benchmarks/scaling.py --quick      # smoke check, seconds
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +25,9 @@ import time
 import torch
 from torchrl.collectors import Collector
 
-from marl_ppo.run.build import build_collector
 from marl_ppo.config import load_config
-from marl_ppo.run.build import build
 from marl_ppo.core.update import ppo_update
+from marl_ppo.run.build import build, build_collector
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,11 +50,18 @@ def parse_args() -> argparse.Namespace:
 def config(n_agents: int, num_envs: int, frames: int, minibatch: int = 400):
     # the spawning area grows with the agents (VMAS's default 1 x 1 cannot place 48 agents and goals)
     side = max(1.0, math.sqrt(n_agents / 3))
-    return load_config(overrides=[f"env.kwargs={{n_agents: {n_agents}, world_spawning_x: {side}, "
-                                  f"world_spawning_y: {side}}}", f"env.num_envs={num_envs}",
-                                  f"train.frames_per_batch={frames}", f"train.minibatch_size={minibatch}",
-                                  "train.total_frames=100000000", "log.progress=false", "log.plot=false",
-                                  "log.checkpoint_every=0"])
+    return load_config(
+        overrides=[
+            f"env.kwargs={{n_agents: {n_agents}, world_spawning_x: {side}, world_spawning_y: {side}}}",
+            f"env.num_envs={num_envs}",
+            f"train.frames_per_batch={frames}",
+            f"train.minibatch_size={minibatch}",
+            "train.total_frames=100000000",
+            "log.progress=false",
+            "log.plot=false",
+            "log.checkpoint_every=0",
+        ]
+    )
 
 
 def update_scaling(args) -> None:
@@ -78,15 +86,24 @@ def update_scaling(args) -> None:
 
 
 def collection_scaling(args) -> None:
-    print(f"\ncollection: frames/s against vectorised envs (navigation x3, {args.steps} steps a batch; "
-          f"median of {args.repeats})")
+    print(
+        f"\ncollection: frames/s against vectorised envs (navigation x3, {args.steps} steps a batch; "
+        f"median of {args.repeats})"
+    )
     print(f"  {'envs':>6}{'ours f/s':>11}{'torchrl f/s':>13}{'ratio':>7}")
     for n in args.envs:
         cfg = config(3, n, n * args.steps, minibatch=n * args.steps)
         ours_parts, ref_parts = build(cfg), build(cfg)
         ours = iter(build_collector(cfg, ours_parts.env, ours_parts.router.policy, total_frames=-1))
-        ref = iter(Collector(ref_parts.env, ref_parts.router.policy, frames_per_batch=n * args.steps, total_frames=-1,
-                             auto_register_policy_transforms=False))
+        ref = iter(
+            Collector(
+                ref_parts.env,
+                ref_parts.router.policy,
+                frames_per_batch=n * args.steps,
+                total_frames=-1,
+                auto_register_policy_transforms=False,
+            )
+        )
         next(ours), next(ref)
         t_ours, t_ref = [], []
         for _ in range(args.repeats):

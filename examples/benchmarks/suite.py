@@ -8,6 +8,7 @@
 
 Same as ``python -m marl_ppo.suite``; see :mod:`marl_ppo.suite` for the suite file and the outputs.
 """
+
 import sys
 
 from marl_ppo.suite import main

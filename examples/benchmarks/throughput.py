@@ -42,6 +42,7 @@ Run (takes minutes; use a quiet machine):
 On a shared machine pass ``--threads 1``: with another busy process, torch's default of one
 intra-op thread per core can make every matmul tens of times slower (OpenMP threads spin-wait).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,31 +57,40 @@ from torch import nn
 from torch.nn import functional as F
 from torchrl.collectors import Collector
 
-from marl_ppo.run.build import build_collector
 from marl_ppo.config import load_config
-from marl_ppo.envs import make_env
-from marl_ppo.run.build import build
 from marl_ppo.core.update import ppo_update
+from marl_ppo.envs import make_env
+from marl_ppo.run.build import build, build_collector
 
 GROUP = "agents"
 ROOT = Path(__file__).resolve().parents[2]
-FULL = {"benchmarl": dict(repeats=3, num_envs=10, frames_per_batch=6000, epochs=45, minibatch=400),
-        "navigation": dict(repeats=3, num_envs=60, frames_per_batch=6000, epochs=10, minibatch=400)}
+FULL = {
+    "benchmarl": dict(repeats=3, num_envs=10, frames_per_batch=6000, epochs=45, minibatch=400),
+    "navigation": dict(repeats=3, num_envs=60, frames_per_batch=6000, epochs=10, minibatch=400),
+}
 QUICK = dict(repeats=3, num_envs=10, frames_per_batch=1200, epochs=2, minibatch=200)
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", choices=sorted(FULL), default="benchmarl",
-                   help="benchmarl: BenchMARL's base config (45 epochs); navigation: configs/navigation.yaml (10 epochs)")
+    p.add_argument(
+        "--config",
+        choices=sorted(FULL),
+        default="benchmarl",
+        help="benchmarl: BenchMARL's base config (45 epochs); navigation: configs/navigation.yaml (10 epochs)",
+    )
     p.add_argument("--repeats", type=int)
     p.add_argument("--iterations-per-repeat", type=int, default=1)
     p.add_argument("--num-envs", type=int)
     p.add_argument("--frames-per-batch", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--minibatch", type=int)
-    p.add_argument("--chunk-epochs", type=int, default=5,
-                   help="ours and the floor alternate every this many epochs within an iteration")
+    p.add_argument(
+        "--chunk-epochs",
+        type=int,
+        default=5,
+        help="ours and the floor alternate every this many epochs within an iteration",
+    )
     p.add_argument("--compile", action="store_true", help="ours with train.compile=true (torch.compile of the losses)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke check (seconds)")
@@ -95,29 +105,54 @@ def parse_args() -> argparse.Namespace:
 
 def run_config(args):
     """The config of ``--config``, with the sizes of the command line."""
-    common = [f"env.num_envs={args.num_envs}", f"train.frames_per_batch={args.frames_per_batch}",
-              f"train.num_epochs={args.epochs}", f"train.minibatch_size={args.minibatch}",
-              "train.total_frames=100000000", "log.progress=false", "log.plot=false",
-              f"train.compile={str(getattr(args, 'compile', False)).lower()}",
-              # the floor's critic regresses raw targets: ours without value normalisation does the
-              # same work (normalisation costs ~2 % of the update, docs/performance.md)
-              "loss.value_norm=none"]
+    common = [
+        f"env.num_envs={args.num_envs}",
+        f"train.frames_per_batch={args.frames_per_batch}",
+        f"train.num_epochs={args.epochs}",
+        f"train.minibatch_size={args.minibatch}",
+        "train.total_frames=100000000",
+        "log.progress=false",
+        "log.plot=false",
+        f"train.compile={str(getattr(args, 'compile', False)).lower()}",
+        # the floor's critic regresses raw targets: ours without value normalisation does the
+        # same work (normalisation costs ~2 % of the update, docs/performance.md)
+        "loss.value_norm=none",
+    ]
     if args.config == "navigation":
         return load_config(ROOT / "configs" / "navigation.yaml", overrides=common)
     return benchmarl_config(args)
 
 
 def benchmarl_config(args):
-    return load_config(overrides=[
-        "env.scenario=navigation", "env.kwargs.n_agents=3", f"env.num_envs={args.num_envs}", "env.max_steps=100",
-        "loss.algorithm=mappo", "model.share_params=true", "model.hidden=[256,256]", "model.activation=tanh",
-        "loss.clip_epsilon=0.2", "loss.gamma=0.99", "loss.lmbda=0.9", "loss.entropy_coeff=0.0",
-        "loss.critic_coeff=1.0", "loss.loss_critic_type=l2", "loss.normalize_advantage=false",
-        f"train.frames_per_batch={args.frames_per_batch}", f"train.num_epochs={args.epochs}",
-        f"train.minibatch_size={args.minibatch}", "train.lr=5e-5", "train.max_grad_norm=5.0",
-        "train.total_frames=100000000", "log.progress=false", "log.plot=false",
-        f"train.compile={str(getattr(args, 'compile', False)).lower()}", "loss.value_norm=none",
-    ])
+    return load_config(
+        overrides=[
+            "env.scenario=navigation",
+            "env.kwargs.n_agents=3",
+            f"env.num_envs={args.num_envs}",
+            "env.max_steps=100",
+            "loss.algorithm=mappo",
+            "model.share_params=true",
+            "model.hidden=[256,256]",
+            "model.activation=tanh",
+            "loss.clip_epsilon=0.2",
+            "loss.gamma=0.99",
+            "loss.lmbda=0.9",
+            "loss.entropy_coeff=0.0",
+            "loss.critic_coeff=1.0",
+            "loss.loss_critic_type=l2",
+            "loss.normalize_advantage=false",
+            f"train.frames_per_batch={args.frames_per_batch}",
+            f"train.num_epochs={args.epochs}",
+            f"train.minibatch_size={args.minibatch}",
+            "train.lr=5e-5",
+            "train.max_grad_norm=5.0",
+            "train.total_frames=100000000",
+            "log.progress=false",
+            "log.plot=false",
+            f"train.compile={str(getattr(args, 'compile', False)).lower()}",
+            "loss.value_norm=none",
+        ]
+    )
 
 
 # -- the raw-torch floor ----------------------------------------------------------------------
@@ -173,7 +208,7 @@ class Floor:
         for _ in range(epochs):
             perm = torch.randperm(n)
             for i in range(n_mb):
-                idx = perm[i * minibatch:(i + 1) * minibatch]
+                idx = perm[i * minibatch : (i + 1) * minibatch]
                 o, a, adv_mb = obs[idx], action[idx], adv[idx]
                 log_ratio = self.log_prob(o, a) - old_lp[idx]
                 ratio = log_ratio.exp()
@@ -200,8 +235,15 @@ class CollectFloor:
         import vmas
 
         e = cfg.env
-        self.env = vmas.make_env(e.scenario, num_envs=e.num_envs, device="cpu", continuous_actions=True,
-                                 seed=cfg.train.seed, max_steps=e.max_steps, **dict(e.kwargs))
+        self.env = vmas.make_env(
+            e.scenario,
+            num_envs=e.num_envs,
+            device="cpu",
+            continuous_actions=True,
+            seed=cfg.train.seed,
+            max_steps=e.max_steps,
+            **dict(e.kwargs),
+        )
         self.floor = floor
         self.steps = cfg.train.frames_per_batch // e.num_envs
         self.obs = torch.stack(self.env.reset(), 1)
@@ -219,9 +261,14 @@ class CollectFloor:
             log_det = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x)) + f.half.log()
             obs, rews, dones, _ = self.env.step(list(action.unbind(1)))
             next_obs = torch.stack(obs, 1)
-            for k, v in (("obs", self.obs), ("next_obs", next_obs), ("action", action),
-                         ("log_prob", (normal - log_det).sum(-1)), ("reward", torch.stack(rews, 1).unsqueeze(-1)),
-                         ("done", dones)):
+            for k, v in (
+                ("obs", self.obs),
+                ("next_obs", next_obs),
+                ("action", action),
+                ("log_prob", (normal - log_det).sum(-1)),
+                ("reward", torch.stack(rews, 1).unsqueeze(-1)),
+                ("done", dones),
+            ):
                 keep[k].append(v)
             if dones.any():
                 if dones.all():
@@ -229,8 +276,12 @@ class CollectFloor:
                 else:
                     for i in dones.nonzero().squeeze(-1).tolist():
                         self.env.reset_at(i, return_observations=False)
-                next_obs = torch.stack(self.env.get_from_scenario(get_observations=True, get_rewards=False,
-                                                                  get_infos=False, get_dones=False)[0], 1)
+                next_obs = torch.stack(
+                    self.env.get_from_scenario(
+                        get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+                    )[0],
+                    1,
+                )
             self.obs = next_obs
         return {k: torch.stack(v, 1) for k, v in keep.items()}
 
@@ -259,8 +310,13 @@ def batch_tensors(batch) -> tuple[torch.Tensor, ...]:
     def flat(t: torch.Tensor, *tail: int) -> torch.Tensor:
         return t.reshape(-1, *tail).clone()
 
-    return (flat(g.get("observation"), n, d), flat(g.get("action"), n, g.get("action").shape[-1]),
-            flat(g.get("action_log_prob"), n), flat(g.get("advantage"), n), flat(g.get("value_target"), n, 1))
+    return (
+        flat(g.get("observation"), n, d),
+        flat(g.get("action"), n, g.get("action").shape[-1]),
+        flat(g.get("action_log_prob"), n),
+        flat(g.get("advantage"), n),
+        flat(g.get("value_target"), n, 1),
+    )
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -274,29 +330,46 @@ def main() -> None:
     spec = parts.groups[GROUP]
     act = spec.agent_action_spec
     n_agents, obs_dim = spec.observation_shape
-    floor = Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
-                  lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
+    floor = Floor(
+        obs_dim,
+        act.shape[-1],
+        n_agents,
+        act.space.low[0].clone(),
+        act.space.high[0].clone(),
+        lr=cfg.train.lr,
+        clip=cfg.loss.clip_epsilon,
+        max_grad_norm=cfg.train.max_grad_norm,
+    )
     floor.load_from(router)
     collect_floor = CollectFloor(cfg, floor)
     total = args.frames_per_batch * (args.repeats * args.iterations_per_repeat + 1)
     collector = build_collector(cfg, parts.env, router.policy, total_frames=total)
     batches = iter(collector)
     # torchrl's Collector on its own env, for reference (its batches are not used)
-    reference = iter(Collector(make_env(cfg.env, seed=cfg.train.seed + 1), router.policy,
-                               frames_per_batch=args.frames_per_batch, total_frames=total,
-                               auto_register_policy_transforms=False))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.config} config: navigation x{n_agents}, "
-          f"{args.num_envs} envs, {args.frames_per_batch} frames/iter, {args.epochs} epochs, minibatch {args.minibatch}, "
-          f"{args.repeats} repeats x {args.iterations_per_repeat} iter, compile={args.compile}; "
-          f"our collector: {type(collector).__name__}")
+    reference = iter(
+        Collector(
+            make_env(cfg.env, seed=cfg.train.seed + 1),
+            router.policy,
+            frames_per_batch=args.frames_per_batch,
+            total_frames=total,
+            auto_register_policy_transforms=False,
+        )
+    )
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.config} config: navigation x{n_agents}, "
+        f"{args.num_envs} envs, {args.frames_per_batch} frames/iter, {args.epochs} epochs, minibatch {args.minibatch}, "
+        f"{args.repeats} repeats x {args.iterations_per_repeat} iter, compile={args.compile}; "
+        f"our collector: {type(collector).__name__}"
+    )
 
     # warm-up (one full minibatch each, untimed): first-call allocations and lazy inits (and compiling
     # at the real minibatch size: a smaller one would recompile in the first timed update)
     batch = parts.reward_table(next(batches))
     next(reference)
     router.compute_advantages(batch)
-    ppo_update(router, step, batch[:, : -(-args.minibatch // batch.shape[0])], num_epochs=1,
-               minibatch_size=args.minibatch)
+    ppo_update(
+        router, step, batch[:, : -(-args.minibatch // batch.shape[0])], num_epochs=1, minibatch_size=args.minibatch
+    )
     floor.update(*(t[: args.minibatch] for t in batch_tensors(batch)), epochs=1, minibatch=args.minibatch)
     floor_advantages(floor, collect_floor.collect(), cfg.loss.gamma, cfg.loss.lmbda)
 
@@ -329,8 +402,16 @@ def main() -> None:
             t8 = time.perf_counter()
             t_floor, t_ours = t_floor + t7 - t6, t_ours + t8 - t7
         collector.update_policy_weights_()
-        return {"collect": t1 - t0, "floor_collect": t2 - t1, "torchrl_collect": t3 - t2, "adv": t4 - t3,
-                "floor_adv": t5 - t4, "update": t_ours, "floor": t_floor, "lp_check": lp_check}
+        return {
+            "collect": t1 - t0,
+            "floor_collect": t2 - t1,
+            "torchrl_collect": t3 - t2,
+            "adv": t4 - t3,
+            "floor_adv": t5 - t4,
+            "update": t_ours,
+            "floor": t_floor,
+            "lp_check": lp_check,
+        }
 
     keys = ("collect", "floor_collect", "torchrl_collect", "adv", "floor_adv", "update", "floor", "lp_check")
     rows: dict[str, list[float]] = {k: [] for k in keys}
@@ -341,9 +422,12 @@ def main() -> None:
                 sums[k] = max(sums[k], v) if k == "lp_check" else sums[k] + v / args.iterations_per_repeat
         for k, v in sums.items():
             rows[k].append(v)
-        print(f"  repeat {rep + 1}: collect {sums['collect']:.2f}s (floor {sums['floor_collect']:.2f}s, "
-              f"torchrl Collector {sums['torchrl_collect']:.2f}s)  adv {sums['adv']:.3f}s (floor {sums['floor_adv']:.3f}s)  "
-              f"update {sums['update']:.2f}s (floor {sums['floor']:.2f}s)  lp check {sums['lp_check']:.1e}")
+        print(
+            f"  repeat {rep + 1}: collect {sums['collect']:.2f}s (floor {sums['floor_collect']:.2f}s, "
+            f"torchrl Collector {sums['torchrl_collect']:.2f}s)  "
+            f"adv {sums['adv']:.3f}s (floor {sums['floor_adv']:.3f}s)  "
+            f"update {sums['update']:.2f}s (floor {sums['floor']:.2f}s)  lp check {sums['lp_check']:.1e}"
+        )
     collector.shutdown()
 
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -359,8 +443,10 @@ def main() -> None:
     print(f"  {'':<26}{'ours s':>9}{'floor s':>9}{'ms/step':>18}")
     print(f"  {'collection':<26}{med['collect']:9.2f}{med['floor_collect']:9.2f}")
     print(f"  {'reward table + GAE':<26}{med['adv']:9.3f}{med['floor_adv']:9.3f}")
-    print(f"  {'update':<26}{med['update']:9.2f}{med['floor']:9.2f}"
-          f"{1e3 * med['update'] / n_steps:9.2f}{1e3 * med['floor'] / n_steps:9.2f}")
+    print(
+        f"  {'update':<26}{med['update']:9.2f}{med['floor']:9.2f}"
+        f"{1e3 * med['update'] / n_steps:9.2f}{1e3 * med['floor'] / n_steps:9.2f}"
+    )
     print(f"  {'iteration':<26}{statistics.median(ours_iter):9.2f}{statistics.median(floor_iter):9.2f}")
     print(f"  torchrl's Collector (reference): {med['torchrl_collect']:.2f}s")
     print(f"  collection ratio ours/floor   {ratio(rows['collect'], rows['floor_collect'])}")

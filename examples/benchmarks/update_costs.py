@@ -19,6 +19,7 @@ not depend on these switches; only what is logged does. Figures: ``docs/performa
     .venv/bin/python examples/benchmarks/update_costs.py --threads 1
     .venv/bin/python examples/benchmarks/update_costs.py --quick
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,11 +27,10 @@ import statistics
 import time
 
 import torch
-
-from marl_ppo.run.build import build_collector
-from marl_ppo.run.build import build
-from marl_ppo.core.update import ppo_update
 from throughput import FULL, GROUP, QUICK, Floor, batch_tensors, benchmarl_config
+
+from marl_ppo.core.update import ppo_update
+from marl_ppo.run.build import build, build_collector
 
 VARIANTS = {  # name -> (entropy_bonus, log_explained_variance) of every loss
     "full": (True, True),
@@ -50,7 +50,11 @@ def parse_args() -> argparse.Namespace:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else FULL["benchmarl"]
-    args.num_envs, args.frames_per_batch, args.minibatch = sizes["num_envs"], sizes["frames_per_batch"], sizes["minibatch"]
+    args.num_envs, args.frames_per_batch, args.minibatch = (
+        sizes["num_envs"],
+        sizes["frames_per_batch"],
+        sizes["minibatch"],
+    )
     args.epochs = args.chunk_epochs
     if args.quick:
         args.rounds, args.chunk_epochs = 2, 1
@@ -68,8 +72,16 @@ def main() -> None:
     spec = parts.groups[GROUP]
     act = spec.agent_action_spec
     n_agents, obs_dim = spec.observation_shape
-    floor = Floor(obs_dim, act.shape[-1], n_agents, act.space.low[0].clone(), act.space.high[0].clone(),
-                  lr=cfg.train.lr, clip=cfg.loss.clip_epsilon, max_grad_norm=cfg.train.max_grad_norm)
+    floor = Floor(
+        obs_dim,
+        act.shape[-1],
+        n_agents,
+        act.space.low[0].clone(),
+        act.space.high[0].clone(),
+        lr=cfg.train.lr,
+        clip=cfg.loss.clip_epsilon,
+        max_grad_norm=cfg.train.max_grad_norm,
+    )
     collector = build_collector(cfg, parts.env, router.policy, total_frames=args.frames_per_batch)
     batch = parts.reward_table(next(iter(collector)))
     collector.shutdown()
@@ -77,9 +89,11 @@ def main() -> None:
     tensors = batch_tensors(batch)
     floor.load_from(router)
     n_steps = args.chunk_epochs * max(args.frames_per_batch // args.minibatch, 1)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; BenchMARL's config: navigation x{n_agents}, "
-          f"{args.frames_per_batch} frames, minibatch {args.minibatch}; {args.rounds} rounds x {args.chunk_epochs} "
-          f"epochs per variant ({n_steps} gradient steps each)")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; BenchMARL's config: navigation x{n_agents}, "
+        f"{args.frames_per_batch} frames, minibatch {args.minibatch}; {args.rounds} rounds x {args.chunk_epochs} "
+        f"epochs per variant ({n_steps} gradient steps each)"
+    )
 
     def run(name: str) -> float:
         t0 = time.perf_counter()
@@ -97,7 +111,7 @@ def main() -> None:
         run(name)
     ms: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):  # alternate the order too
+        for name in names if r % 2 == 0 else names[::-1]:  # alternate the order too
             ms[name].append(run(name))
     full, fl = ms["full"], ms["floor"]
     print(f"\n  {'variant':<24}{'ms/step':>9}{'/ full':>9}{'/ floor':>9}")

@@ -47,6 +47,7 @@ Run (minutes; use a quiet machine):
 ``OMP_NUM_THREADS`` at import for its intra-op pool; BenchMARL's script takes no thread flag) and
 also calls ``torch.set_num_threads(N)`` in ours.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,8 +107,9 @@ BENCHMARL_DEFAULTS = {
 }
 # BenchMARL's VMAS navigation task kwargs (task/vmas/navigation.yaml); vmas's own default for
 # shared_rew is True, so these are passed explicitly.
-NAVIGATION_KWARGS = {k: v for (f, k), v in BENCHMARL_DEFAULTS.items() if f == "task/vmas/navigation.yaml"
-                     and k != "max_steps"}
+NAVIGATION_KWARGS = {
+    k: v for (f, k), v in BENCHMARL_DEFAULTS.items() if f == "task/vmas/navigation.yaml" and k != "max_steps"
+}
 
 # What is not the same, and cannot be made so through our config (printed with the settings).
 DIFFERENCES = [
@@ -120,19 +122,46 @@ DIFFERENCES = [
 ]
 
 
-def navigation_overrides(*, n_envs: int, frames_per_batch: int, epochs: int, minibatch: int, total_frames: int,
-                         seed: int = 0, gamma: float = 0.99, device: str = "cpu") -> list[str]:
+def navigation_overrides(
+    *,
+    n_envs: int,
+    frames_per_batch: int,
+    epochs: int,
+    minibatch: int,
+    total_frames: int,
+    seed: int = 0,
+    gamma: float = 0.99,
+    device: str = "cpu",
+) -> list[str]:
     """Our config overrides for BenchMARL's MAPPO on VMAS navigation (base config by default)."""
     kwargs = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in NAVIGATION_KWARGS.items())
     return [
-        "env.kind=vmas", "env.scenario=navigation", f"env.kwargs={{{kwargs}}}", f"env.num_envs={n_envs}",
-        "env.max_steps=100", "env.continuous_actions=true", f"env.device={device}",
-        "loss.algorithm=mappo", "model.share_params=true", "model.hidden=[256,256]", "model.activation=tanh",
-        "loss.clip_epsilon=0.2", f"loss.gamma={gamma}", "loss.lmbda=0.9", "loss.entropy_coeff=0.0",
-        "loss.critic_coeff=1.0", "loss.loss_critic_type=l2", "loss.normalize_advantage=false",
-        f"train.frames_per_batch={frames_per_batch}", f"train.num_epochs={epochs}",
-        f"train.minibatch_size={minibatch}", "train.lr=5e-5", "train.lr_schedule=constant",
-        "train.max_grad_norm=5.0", f"train.total_frames={total_frames}", f"train.seed={seed}",
+        "env.kind=vmas",
+        "env.scenario=navigation",
+        f"env.kwargs={{{kwargs}}}",
+        f"env.num_envs={n_envs}",
+        "env.max_steps=100",
+        "env.continuous_actions=true",
+        f"env.device={device}",
+        "loss.algorithm=mappo",
+        "model.share_params=true",
+        "model.hidden=[256,256]",
+        "model.activation=tanh",
+        "loss.clip_epsilon=0.2",
+        f"loss.gamma={gamma}",
+        "loss.lmbda=0.9",
+        "loss.entropy_coeff=0.0",
+        "loss.critic_coeff=1.0",
+        "loss.loss_critic_type=l2",
+        "loss.normalize_advantage=false",
+        f"train.frames_per_batch={frames_per_batch}",
+        f"train.num_epochs={epochs}",
+        f"train.minibatch_size={minibatch}",
+        "train.lr=5e-5",
+        "train.lr_schedule=constant",
+        "train.max_grad_norm=5.0",
+        f"train.total_frames={total_frames}",
+        f"train.seed={seed}",
         f"train.device={device}",
     ]
 
@@ -146,13 +175,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--minibatch", type=int)
     p.add_argument("--n-envs", type=int)
     p.add_argument("--seed", type=int, default=0, help="repeat i uses seed + i (the same for both)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="OMP/MKL threads for both children, and torch.set_num_threads in ours (0: defaults)")
-    p.add_argument("--compile", action="store_true",
-                   help="ours with train.compile=true (its first iteration then includes compiling)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="OMP/MKL threads for both children, and torch.set_num_threads in ours (0: defaults)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="ours with train.compile=true (its first iteration then includes compiling)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke check")
-    p.add_argument("--concurrent", action="store_true",
-                   help="run the two children of a repeat at the same time (a shared machine's slow spells hit both)")
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="run the two children of a repeat at the same time (a shared machine's slow spells hit both)",
+    )
     p.add_argument("--ours-only", action="store_true", help="skip BenchMARL (no BenchMARL venv needed)")
     p.add_argument("--benchmarl-script", default=str(BENCHMARL_SH), help="path of benchmarl_baseline.sh")
     p.add_argument("--out", help="where the runs write (default: a temporary folder, removed at the end)")
@@ -211,8 +250,13 @@ def run_child(cmd: list[str], env: dict[str, str], cwd: Path, workdir: Path) -> 
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_file.read_text())
         peak_kib[0] = int(m.group(1)) if m else 0
         time_file.unlink()
-    return {"rc": proc.returncode, "stdout": stdout, "stderr": stderr, "proc_wall": wall,
-            "rss_mib": peak_kib[0] / 1024 if peak_kib[0] else float("nan")}
+    return {
+        "rc": proc.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "proc_wall": wall,
+        "rss_mib": peak_kib[0] / 1024 if peak_kib[0] else float("nan"),
+    }
 
 
 def _tree(pid: int) -> list[int]:
@@ -274,13 +318,28 @@ print(f"ours task=navigation frames={summary['frames']} wall_s={wall:.1f} "
 
 def run_ours(args, seed: int, workdir: Path) -> dict:
     run_dir = workdir / f"ours-seed{seed}-{time.monotonic_ns()}"
-    overrides = navigation_overrides(n_envs=args.n_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs,
-                                     minibatch=args.minibatch, total_frames=args.frames, seed=seed) + [
-        "log.eval_every=0", "log.eval_episodes=1", "log.checkpoint_every=0", "log.progress=false",
-        "log.plot=false", "log.loggers=[csv]", f"train.compile={str(args.compile).lower()}",
+    overrides = navigation_overrides(
+        n_envs=args.n_envs,
+        frames_per_batch=args.frames_per_batch,
+        epochs=args.epochs,
+        minibatch=args.minibatch,
+        total_frames=args.frames,
+        seed=seed,
+    ) + [
+        "log.eval_every=0",
+        "log.eval_episodes=1",
+        "log.checkpoint_every=0",
+        "log.progress=false",
+        "log.plot=false",
+        "log.loggers=[csv]",
+        f"train.compile={str(args.compile).lower()}",
     ]
-    res = run_child([sys.executable, "-c", OURS_LAUNCHER, str(args.threads), str(run_dir), *overrides],
-                    child_env(args.threads), ROOT, workdir)
+    res = run_child(
+        [sys.executable, "-c", OURS_LAUNCHER, str(args.threads), str(run_dir), *overrides],
+        child_env(args.threads),
+        ROOT,
+        workdir,
+    )
     line = _last_line(res["stdout"], "ours")
     if res["rc"] != 0 or not line:
         raise RuntimeError(f"our run failed (rc {res['rc']}):\n{res['stderr'][-3000:]}\n{res['stdout'][-1000:]}")
@@ -290,16 +349,40 @@ def run_ours(args, seed: int, workdir: Path) -> dict:
     collect = [v for _, v in scalars["time/collect_s"]]
     update = [v for _, v in scalars["time/update_s"]]
     iters = [c + u for c, u in zip(collect, update)]
-    return {**res, "run_wall": float(line["wall_s"]), "return": float(line["final_mean_return"]),
-            "frames": int(line["frames"]), "collect": _median_steady(collect), "update": _median_steady(update),
-            "iter": _median_steady(iters), "n_iters": len(iters)}
+    return {
+        **res,
+        "run_wall": float(line["wall_s"]),
+        "return": float(line["final_mean_return"]),
+        "frames": int(line["frames"]),
+        "collect": _median_steady(collect),
+        "update": _median_steady(update),
+        "iter": _median_steady(iters),
+        "n_iters": len(iters),
+    }
 
 
 def run_benchmarl(args, seed: int, workdir: Path) -> dict:
     out = workdir / f"benchmarl-seed{seed}-{time.monotonic_ns()}"
-    cmd = ["bash", args.benchmarl_script, "--task", "navigation", "--frames", str(args.frames), "--seed", str(seed),
-           "--frames-per-batch", str(args.frames_per_batch), "--epochs", str(args.epochs),
-           "--minibatch", str(args.minibatch), "--n-envs", str(args.n_envs), "--out", str(out)]
+    cmd = [
+        "bash",
+        args.benchmarl_script,
+        "--task",
+        "navigation",
+        "--frames",
+        str(args.frames),
+        "--seed",
+        str(seed),
+        "--frames-per-batch",
+        str(args.frames_per_batch),
+        "--epochs",
+        str(args.epochs),
+        "--minibatch",
+        str(args.minibatch),
+        "--n-envs",
+        str(args.n_envs),
+        "--out",
+        str(out),
+    ]
     res = run_child(cmd, child_env(args.threads), ROOT, workdir)
     line = _last_line(res["stdout"], "benchmarl")
     if res["rc"] != 0 or not line:
@@ -316,9 +399,16 @@ def run_benchmarl(args, seed: int, workdir: Path) -> dict:
     frames = int(line["frames"])
     if not iters:  # no CSV timers: frames / wall
         iters = [float(line["wall_s"]) * args.frames_per_batch / frames]
-    return {**res, "run_wall": float(line["wall_s"]), "return": float(line["final_mean_return"]), "frames": frames,
-            "collect": _median_steady(collect), "update": _median_steady(train), "iter": _median_steady(iters),
-            "n_iters": len(iters)}
+    return {
+        **res,
+        "run_wall": float(line["wall_s"]),
+        "return": float(line["final_mean_return"]),
+        "frames": frames,
+        "collect": _median_steady(collect),
+        "update": _median_steady(train),
+        "iter": _median_steady(iters),
+        "n_iters": len(iters),
+    }
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -357,11 +447,23 @@ def print_settings(args) -> None:
             items.append(f"{k}={actual}")
         print(f"  {f}: " + ", ".join(items))
     print("  benchmarl/algorithms/mappo.py: ClipPPOLoss(normalize_advantage=False)")
-    print(f"  run: frames={args.frames} frames_per_batch={args.frames_per_batch} epochs={args.epochs} "
-          f"minibatch={args.minibatch} n_envs={args.n_envs} evaluation=False (benchmarl_baseline.py)")
-    print("  ours: " + " ".join(navigation_overrides(
-        n_envs=args.n_envs, frames_per_batch=args.frames_per_batch, epochs=args.epochs, minibatch=args.minibatch,
-        total_frames=args.frames)) + f" train.compile={str(args.compile).lower()}")
+    print(
+        f"  run: frames={args.frames} frames_per_batch={args.frames_per_batch} epochs={args.epochs} "
+        f"minibatch={args.minibatch} n_envs={args.n_envs} evaluation=False (benchmarl_baseline.py)"
+    )
+    print(
+        "  ours: "
+        + " ".join(
+            navigation_overrides(
+                n_envs=args.n_envs,
+                frames_per_batch=args.frames_per_batch,
+                epochs=args.epochs,
+                minibatch=args.minibatch,
+                total_frames=args.frames,
+            )
+        )
+        + f" train.compile={str(args.compile).lower()}"
+    )
     for d in DIFFERENCES:
         print(f"  differs: {d}")
     for m in mismatches:
@@ -374,13 +476,19 @@ def print_settings(args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if not args.ours_only and not Path(args.benchmarl_script).exists():
-        sys.exit(f"vs_benchmarl: no BenchMARL script at {args.benchmarl_script} (pass --benchmarl-script, "
-                 "or --ours-only)")
-    threads = f"{args.threads} (OMP_NUM_THREADS/MKL_NUM_THREADS for both, torch.set_num_threads in ours)" \
-        if args.threads else "torch defaults"
-    print(f"vs_benchmarl: MAPPO on VMAS navigation, {args.frames} frames per run, {args.repeats} repeat(s), "
-          f"{'both children at once' if args.concurrent else 'one child at a time'}, "
-          f"threads: {threads}; peak RSS by {'GNU time -v' if _gnu_time() else 'polling /proc/<pid>/status VmHWM'}")
+        sys.exit(
+            f"vs_benchmarl: no BenchMARL script at {args.benchmarl_script} (pass --benchmarl-script, or --ours-only)"
+        )
+    threads = (
+        f"{args.threads} (OMP_NUM_THREADS/MKL_NUM_THREADS for both, torch.set_num_threads in ours)"
+        if args.threads
+        else "torch defaults"
+    )
+    print(
+        f"vs_benchmarl: MAPPO on VMAS navigation, {args.frames} frames per run, {args.repeats} repeat(s), "
+        f"{'both children at once' if args.concurrent else 'one child at a time'}, "
+        f"threads: {threads}; peak RSS by {'GNU time -v' if _gnu_time() else 'polling /proc/<pid>/status VmHWM'}"
+    )
     if not args.ours_only and benchmarl_conf_dir() is None:
         # benchmarl_baseline.sh makes its venv on first use: do that now, untimed
         print("BenchMARL venv not found: creating it through benchmarl_baseline.sh (untimed, minutes)", flush=True)
@@ -404,10 +512,13 @@ def main(argv=None) -> None:
             for side in order:
                 r = results[side] if args.concurrent else runs[side](args, seed, workdir)
                 rows[side].append(r)
-                print(f"  repeat {rep + 1} {side:<9}: proc wall {r['proc_wall']:6.1f}s  "
-                      f"run wall {r['run_wall']:6.1f}s  "
-                      f"steady iter {r['iter']:6.2f}s (collect {r['collect']:.2f}s, update {r['update']:.2f}s; "
-                      f"{r['n_iters']} iters)  peak RSS {r['rss_mib']:.0f} MiB  return {r['return']:.3f}", flush=True)
+                print(
+                    f"  repeat {rep + 1} {side:<9}: proc wall {r['proc_wall']:6.1f}s  "
+                    f"run wall {r['run_wall']:6.1f}s  "
+                    f"steady iter {r['iter']:6.2f}s (collect {r['collect']:.2f}s, update {r['update']:.2f}s; "
+                    f"{r['n_iters']} iters)  peak RSS {r['rss_mib']:.0f} MiB  return {r['return']:.3f}",
+                    flush=True,
+                )
     finally:
         if not args.out:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -415,29 +526,41 @@ def main(argv=None) -> None:
     fpb = args.frames_per_batch
     med = {}
     for side, rs in rows.items():
-        m = {k: statistics.median(r[k] for r in rs) for k in ("proc_wall", "run_wall", "iter", "collect", "update",
-                                                               "rss_mib")}
+        m = {
+            k: statistics.median(r[k] for r in rs)
+            for k in ("proc_wall", "run_wall", "iter", "collect", "update", "rss_mib")
+        }
         frames = rs[0]["frames"]
         m.update(fps_steady=fpb / m["iter"], fps_run=frames / m["run_wall"], fps_proc=frames / m["proc_wall"])
         med[side] = m
     print(f"\nmedians over {args.repeats} repeat(s); steady state = iterations after the first")
     print(f"  {'':<26}" + "".join(f"{s:>12}" for s in sides) + ("  ours/benchmarl" if len(sides) == 2 else ""))
-    for label, key, fmt in (("proc wall s (start-up in)", "proc_wall", ".1f"), ("run wall s", "run_wall", ".1f"),
-                            ("steady iteration s", "iter", ".2f"), ("  collect s", "collect", ".2f"),
-                            ("  update s", "update", ".2f"), ("frames/s steady", "fps_steady", ".0f"),
-                            ("frames/s run wall", "fps_run", ".0f"), ("frames/s proc wall", "fps_proc", ".0f"),
-                            ("peak RSS MiB", "rss_mib", ".0f")):
+    for label, key, fmt in (
+        ("proc wall s (start-up in)", "proc_wall", ".1f"),
+        ("run wall s", "run_wall", ".1f"),
+        ("steady iteration s", "iter", ".2f"),
+        ("  collect s", "collect", ".2f"),
+        ("  update s", "update", ".2f"),
+        ("frames/s steady", "fps_steady", ".0f"),
+        ("frames/s run wall", "fps_run", ".0f"),
+        ("frames/s proc wall", "fps_proc", ".0f"),
+        ("peak RSS MiB", "rss_mib", ".0f"),
+    ):
         ratio = f"{med['ours'][key] / med['benchmarl'][key]:15.2f}" if len(sides) == 2 else ""
         print(f"  {label:<26}" + "".join(f"{med[s][key]:12{fmt}}" for s in sides) + ratio)
     for side in sides:
         m = med[side]
-        print(f"{side}: frames_per_s_steady={m['fps_steady']:.0f} frames_per_s_run={m['fps_run']:.0f} "
-              f"frames_per_s_proc={m['fps_proc']:.0f} iter_s={m['iter']:.3f} collect_s={m['collect']:.3f} "
-              f"update_s={m['update']:.3f} proc_wall_s={m['proc_wall']:.1f} peak_rss_mib={m['rss_mib']:.0f}")
+        print(
+            f"{side}: frames_per_s_steady={m['fps_steady']:.0f} frames_per_s_run={m['fps_run']:.0f} "
+            f"frames_per_s_proc={m['fps_proc']:.0f} iter_s={m['iter']:.3f} collect_s={m['collect']:.3f} "
+            f"update_s={m['update']:.3f} proc_wall_s={m['proc_wall']:.1f} peak_rss_mib={m['rss_mib']:.0f}"
+        )
     if len(sides) == 2:
         o, b = med["ours"], med["benchmarl"]
-        print(f"ratio ours/benchmarl frames/s: steady={o['fps_steady'] / b['fps_steady']:.2f}x "
-              f"run={o['fps_run'] / b['fps_run']:.2f}x proc={o['fps_proc'] / b['fps_proc']:.2f}x")
+        print(
+            f"ratio ours/benchmarl frames/s: steady={o['fps_steady'] / b['fps_steady']:.2f}x "
+            f"run={o['fps_run'] / b['fps_run']:.2f}x proc={o['fps_proc'] / b['fps_proc']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

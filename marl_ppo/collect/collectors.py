@@ -32,6 +32,7 @@ Every collector says what it is (``description``); where the lean VMAS path decl
 ([(4, 10), (4, 10)], 'lean VMAS collector (direct, in this process)')
 >>> collector.shutdown()
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -69,8 +70,9 @@ class FlatCollector:
     ``stacked``: the collector yields ``[workers, envs_per_worker, T]`` (flattened to ``[envs, T]``).
     """
 
-    def __init__(self, collector: BaseCollector, *, stacked: bool, description: str,
-                 declined: str | None = None) -> None:
+    def __init__(
+        self, collector: BaseCollector, *, stacked: bool, description: str, declined: str | None = None
+    ) -> None:
         self.collector = collector
         self.stacked = stacked
         self.description = description
@@ -104,9 +106,17 @@ class FlatCollector:
         return True
 
 
-def make_collector(env: EnvBase | None, policy: Any, *, frames_per_batch: int, total_frames: int,
-                   device: str | torch.device | None = None, backend: Backend = "direct",
-                   env_fns: Sequence[Callable[[], EnvBase]] = (), lean: bool = True) -> BatchCollector:
+def make_collector(
+    env: EnvBase | None,
+    policy: Any,
+    *,
+    frames_per_batch: int,
+    total_frames: int,
+    device: str | torch.device | None = None,
+    backend: Backend = "direct",
+    env_fns: Sequence[Callable[[], EnvBase]] = (),
+    lean: bool = True,
+) -> BatchCollector:
     """The collector of ``backend``: ``env`` for ``direct``, one env factory per worker (``env_fns``) otherwise.
 
     ``total_frames`` must be finite for ``ray`` (torchrl's ``RayCollector`` yields nothing with -1).
@@ -122,8 +132,12 @@ def make_collector(env: EnvBase | None, policy: Any, *, frames_per_batch: int, t
             if lean_collector is not None:
                 return lean_collector
             declined = lean_vmas_refusal(env, policy, frames_per_batch=frames_per_batch, device=device)
-        return FlatCollector(Collector(env, policy, auto_register_policy_transforms=False, **common), stacked=False,
-                             description="torchrl Collector (direct, in this process)", declined=declined)
+        return FlatCollector(
+            Collector(env, policy, auto_register_policy_transforms=False, **common),
+            stacked=False,
+            description="torchrl Collector (direct, in this process)",
+            declined=declined,
+        )
     if backend not in ("process", "ray"):
         raise ValueError(f"unknown collector backend {backend!r}; use 'direct', 'process' or 'ray'")
     if total_frames <= 0:
@@ -131,13 +145,26 @@ def make_collector(env: EnvBase | None, policy: Any, *, frames_per_batch: int, t
     if not env_fns:
         raise ValueError(f"backend {backend!r} needs env_fns: one picklable env factory per worker")
     if backend == "process":
-        collector = Collector(list(env_fns), policy, backend="process", sync=True, cat_results="stack",
-                              auto_register_policy_transforms=False, **common)
+        collector = Collector(
+            list(env_fns),
+            policy,
+            backend="process",
+            sync=True,
+            cat_results="stack",
+            auto_register_policy_transforms=False,
+            **common,
+        )
         description = f"torchrl MultiSyncCollector ({len(env_fns)} worker processes)"
     else:
-        collector = Collector(list(env_fns), policy, backend="ray", sync=True,
-                              remote_configs={"num_cpus": 1, "memory": None},
-                              collector_kwargs={"auto_register_policy_transforms": False}, **common)
+        collector = Collector(
+            list(env_fns),
+            policy,
+            backend="ray",
+            sync=True,
+            remote_configs={"num_cpus": 1, "memory": None},
+            collector_kwargs={"auto_register_policy_transforms": False},
+            **common,
+        )
         description = f"torchrl RayCollector ({len(env_fns)} Ray actors)"
     flat = FlatCollector(collector, stacked=True, description=description)
     flat.update_policy_weights_()  # before the first batch: the workers start from this policy

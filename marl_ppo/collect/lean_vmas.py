@@ -18,7 +18,7 @@ that :func:`~marl_ppo.envs.make_env` adds (after the ``StepCounter`` of ``env.ti
 whose count, ``truncated`` and ``done`` it reproduces), and a policy whose actors are each a network
 followed by one non-composite distribution. Resets call the same VMAS methods as torchrl's
 wrapper in the same order, so VMAS's random stream, the global one (the policy's samples) and
-every key, shape, dtype and value match: ``tests/test_collectors.py`` compares batches with
+every key, shape, dtype and value match: ``tests/collect/test_collectors.py`` compares batches with
 torchrl's ``Collector`` over episode ends, partial resets and :meth:`LeanVmasCollector.restart`.
 
 >>> from marl_ppo import GroupRouter, read_group_specs
@@ -30,13 +30,13 @@ torchrl's ``Collector`` over episode ends, partial resets and :meth:`LeanVmasCol
 [(4, 10), (4, 10)]
 >>> collector.shutdown()
 """
+
 from __future__ import annotations
 
 import math
 from typing import Any, Iterator
 
 import torch
-from torch.nn import functional as F
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     CompositeDistribution,
@@ -45,6 +45,7 @@ from tensordict.nn import (
     TensorDictModule,
     TensorDictSequential,
 )
+from torch.nn import functional as F
 from torchrl.data import Composite
 from torchrl.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules.distributions import TanhNormal
@@ -98,19 +99,33 @@ def _plain_actors(policy: Any) -> list[_Actor] | str:
         if not isinstance(actor, ProbabilisticTensorDictSequential) or len(actor.module) != 2:
             return f"the policy's {type(actor).__name__} is not a network followed by one distribution (e.g. recurrent)"
         net, dist = actor.module
-        if (type(net).forward is not TensorDictModule.forward or len(net.in_keys) != 1
-                or not isinstance(dist, ProbabilisticTensorDictModule)):
+        if (
+            type(net).forward is not TensorDictModule.forward
+            or len(net.in_keys) != 1
+            or not isinstance(dist, ProbabilisticTensorDictModule)
+        ):
             return f"an actor's network {type(net).__name__} is not a plain TensorDictModule on one input"
-        if (not dist.return_log_prob or dist.num_samples is not None or getattr(dist, "safe", False)
-                or getattr(dist, "_generator", None) is not None or getattr(dist, "_generator_key", None) is not None
-                or issubclass(dist.distribution_class, CompositeDistribution) or len(dist.out_keys) != 2
-                or not set(dist.in_keys) <= set(net.out_keys)):  # e.g. an action mask read from the env
-            return (f"an actor's distribution ({dist.distribution_class.__name__}) is composite, masked, seeded "
-                    "or samples differently from the plain path")
+        if (
+            not dist.return_log_prob
+            or dist.num_samples is not None
+            or getattr(dist, "safe", False)
+            or getattr(dist, "_generator", None) is not None
+            or getattr(dist, "_generator_key", None) is not None
+            or issubclass(dist.distribution_class, CompositeDistribution)
+            or len(dist.out_keys) != 2
+            or not set(dist.in_keys) <= set(net.out_keys)
+        ):  # e.g. an action mask read from the env
+            return (
+                f"an actor's distribution ({dist.distribution_class.__name__}) is composite, masked, seeded "
+                "or samples differently from the plain path"
+            )
         group = net.in_keys[0][0] if isinstance(net.in_keys[0], tuple) else None
         keys = [net.in_keys[0], *net.out_keys, *dist.out_keys]
-        if group is None or net.in_keys[0] != (group, "observation") or any(
-                not isinstance(k, tuple) or len(k) != 2 or k[0] != group for k in keys):
+        if (
+            group is None
+            or net.in_keys[0] != (group, "observation")
+            or any(not isinstance(k, tuple) or len(k) != 2 or k[0] != group for k in keys)
+        ):
             return f"an actor reads or writes keys off its group's (group, name) entries: {keys}"
         out.append(_Actor(net, dist))
     return out
@@ -129,8 +144,10 @@ def _plain_vmas(env: EnvBase):
     if len(transforms) == 2 and _plain_step_counter(transforms[0]):
         max_steps = transforms.pop(0).max_steps
     if len(transforms) != 1 or type(transforms[0]) is not RewardSum:
-        return ("the env has other transforms than the time limit and the episode returns: "
-                f"{[type(t).__name__ for t in transforms]}")
+        return (
+            "the env has other transforms than the time limit and the episode returns: "
+            f"{[type(t).__name__ for t in transforms]}"
+        )
     base = env.base_env
     groups = base.group_map
     rsum = transforms[0]
@@ -149,25 +166,34 @@ def _plain_vmas(env: EnvBase):
 
 def _plain_step_counter(t) -> bool:
     """torchrl's ``StepCounter`` with a limit, on the root keys, updating ``done`` (what the VMAS adapter adds)."""
-    return (type(t) is StepCounter and t.max_steps is not None and t.update_done
-            and list(t.step_count_keys) == ["step_count"] and list(t.truncated_keys) == ["truncated"]
-            and list(t.done_keys) == ["done"] and list(t.reset_keys) == ["_reset"])
+    return (
+        type(t) is StepCounter
+        and t.max_steps is not None
+        and t.update_done
+        and list(t.step_count_keys) == ["step_count"]
+        and list(t.truncated_keys) == ["truncated"]
+        and list(t.done_keys) == ["done"]
+        and list(t.reset_keys) == ["_reset"]
+    )
 
 
-def lean_vmas_collector(env: EnvBase, policy: Any, *, frames_per_batch: int, total_frames: int,
-                        device: str | torch.device | None = None) -> "LeanVmasCollector | None":
+def lean_vmas_collector(
+    env: EnvBase, policy: Any, *, frames_per_batch: int, total_frames: int, device: str | torch.device | None = None
+) -> "LeanVmasCollector | None":
     """A :class:`LeanVmasCollector` if it reproduces torchrl's ``Collector`` for ``env`` and ``policy``, else
     ``None`` (:func:`lean_vmas_refusal` says why)."""
     plan = _plan(env, policy, frames_per_batch, device)
     if isinstance(plan, str):
         return None
     base, max_steps, actors = plan
-    return LeanVmasCollector(env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-                             max_steps=max_steps)
+    return LeanVmasCollector(
+        env, base, actors, policy, frames_per_batch=frames_per_batch, total_frames=total_frames, max_steps=max_steps
+    )
 
 
-def lean_vmas_refusal(env: EnvBase, policy: Any, *, frames_per_batch: int,
-                      device: str | torch.device | None = None) -> str | None:
+def lean_vmas_refusal(
+    env: EnvBase, policy: Any, *, frames_per_batch: int, device: str | torch.device | None = None
+) -> str | None:
     """Why :func:`lean_vmas_collector` declines ``env`` and ``policy`` (one line), or ``None`` if it takes them."""
     plan = _plan(env, policy, frames_per_batch, device)
     return plan if isinstance(plan, str) else None
@@ -199,8 +225,17 @@ class LeanVmasCollector:
 
     description = "lean VMAS collector (direct, in this process)"
 
-    def __init__(self, env: TransformedEnv, base, actors: list[_Actor], policy: Any, *,
-                 frames_per_batch: int, total_frames: int, max_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        env: TransformedEnv,
+        base,
+        actors: list[_Actor],
+        policy: Any,
+        *,
+        frames_per_batch: int,
+        total_frames: int,
+        max_steps: int | None = None,
+    ) -> None:
         self.env, self.base, self.actors, self.policy = env, base, actors, policy
         self.max_steps = max_steps  # the StepCounter's limit (env.time_limit=truncate), or None
         self.sim = base._env  # the VMAS simulator
@@ -209,8 +244,12 @@ class LeanVmasCollector:
         self.total_frames = total_frames
         self.frames = 0
         self.groups = {g: [base.agent_names_to_indices_map[a] for a in agents] for g, agents in base.group_map.items()}
-        self.info_keys = {g: list(base.full_observation_spec[g, "info"].keys()) if (g, "info") in
-                          base.full_observation_spec.keys(True) else [] for g in self.groups}
+        self.info_keys = {
+            g: list(base.full_observation_spec[g, "info"].keys())
+            if (g, "info") in base.full_observation_spec.keys(True)
+            else []
+            for g in self.groups
+        }
         self.n_agents = sum(len(idx) for idx in self.groups.values())
         self._next_traj = 0
         first = self._reset_all()
@@ -254,8 +293,11 @@ class LeanVmasCollector:
         if self.max_steps is not None:
             self.state.update(step_count=td.get("step_count"), truncated=td.get("truncated"))
         for g in self.groups:
-            self.state[g] = {"observation": td.get((g, "observation")), _RETURN: td.get((g, _RETURN)),
-                             "info": {k: td.get((g, "info", k)) for k in self.info_keys[g]}}
+            self.state[g] = {
+                "observation": td.get((g, "observation")),
+                _RETURN: td.get((g, _RETURN)),
+                "info": {k: td.get((g, "info", k)) for k in self.info_keys[g]},
+            }
         self.traj_ids = self._new_traj_ids(self.n_envs)
         return td
 
@@ -266,8 +308,9 @@ class LeanVmasCollector:
             gd = {"observation": torch.stack([obs[i] for i in idx], 1)}
             if rews is not None:
                 gd["reward"] = torch.stack([_column(rews[i]) for i in idx], 1)
-            gd["info"] = {k: torch.stack([_column(infos[i][k].to(torch.float32)) for i in idx], 1)
-                          for k in self.info_keys[g]}
+            gd["info"] = {
+                k: torch.stack([_column(infos[i][k].to(torch.float32)) for i in idx], 1) for k in self.info_keys[g]
+            }
             out[g] = gd
         return out
 
@@ -280,16 +323,23 @@ class LeanVmasCollector:
         else:
             for i in mask.nonzero().squeeze(-1).tolist():
                 self.sim.reset_at(i, return_observations=False)
-        obs, dones, infos = self.sim.get_from_scenario(get_observations=True, get_infos=True,
-                                                       get_rewards=False, get_dones=True)
+        obs, dones, infos = self.sim.get_from_scenario(
+            get_observations=True, get_infos=True, get_rewards=False, get_dones=True
+        )
         reset = self._read(obs, infos)
         dones = _column(dones)
-        state = {"done": torch.where(done, dones, nxt["done"]), "terminated": torch.where(done, dones, nxt["terminated"])}
+        state = {
+            "done": torch.where(done, dones, nxt["done"]),
+            "terminated": torch.where(done, dones, nxt["terminated"]),
+        }
         if self.max_steps is not None:  # StepCounter._reset: count 0, truncated (False), done := truncated
             count = torch.where(done, 0, nxt["step_count"])
             truncated = count >= self.max_steps
-            state.update(step_count=count, truncated=torch.where(done, truncated, nxt["truncated"]),
-                         done=torch.where(done, truncated, nxt["done"]))
+            state.update(
+                step_count=count,
+                truncated=torch.where(done, truncated, nxt["truncated"]),
+                done=torch.where(done, truncated, nxt["done"]),
+            )
         for g in self.groups:
             m = mask.view(-1, 1, 1)
             state[g] = {
@@ -367,11 +417,17 @@ def _plain_tanh_normal(dist) -> bool:
     that keeps its sampling) with bounds -1..1, no ``tanh_loc``, the safe tanh, one event dim."""
     from torchrl.modules.distributions.continuous import SafeTanhTransform
 
-    return (isinstance(dist, TanhNormal) and dist.has_rsample
-            and type(dist).rsample_and_log_prob is TanhNormal.rsample_and_log_prob
-            and not dist.tanh_loc and not bool(dist.non_trivial_max) and not bool(dist.non_trivial_min)
-            and type(dist._t) is SafeTanhTransform and dist._event_dims == 1
-            and not dist.base_dist.base_dist._validate_args)
+    return (
+        isinstance(dist, TanhNormal)
+        and dist.has_rsample
+        and type(dist).rsample_and_log_prob is TanhNormal.rsample_and_log_prob
+        and not dist.tanh_loc
+        and not bool(dist.non_trivial_max)
+        and not bool(dist.non_trivial_min)
+        and type(dist._t) is SafeTanhTransform
+        and dist._event_dims == 1
+        and not dist.base_dist.base_dist._validate_args
+    )
 
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))

@@ -22,6 +22,7 @@ group's value normaliser.
 >>> gae(td)["g", "advantage"].flatten().tolist()  # 1 + 0.5 * 1, then the terminal step's 1
 [1.5, 1.0]
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -41,8 +42,15 @@ __all__ = ["group_estimator", "critic_values", "compute_advantages", "check_trai
 def group_estimator(keys: GroupKeys, *, gamma: float, lmbda: float) -> MultiAgentGAE:
     """A group's ``MultiAgentGAE`` on its own keys, reading the values :func:`critic_values` wrote."""
     estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
-    estimator.set_keys(advantage=keys.advantage, value_target=keys.value_target, value=keys.value,
-                       reward=keys.reward, done=keys.done, terminated=keys.terminated, sample_log_prob=keys.log_prob)
+    estimator.set_keys(
+        advantage=keys.advantage,
+        value_target=keys.value_target,
+        value=keys.value,
+        reward=keys.reward,
+        done=keys.done,
+        terminated=keys.terminated,
+        sample_log_prob=keys.log_prob,
+    )
     return estimator
 
 
@@ -66,10 +74,15 @@ def check_trailing_one(td: TensorDictBase, group: str, key, what: str) -> None:
     value = td.get(key)
     expected = (*td.get(group).batch_size, 1)
     if tuple(value.shape) != expected:
-        hint = (" (it is missing its trailing 1; torchrl would sum the log-ratio over agents)"
-                if tuple(value.shape) == expected[:-1] else "")
-        raise ValueError(f"group {group!r}: {what} {key} has shape {list(value.shape)}{hint}; "
-                         f"expected [*batch, n_agents, 1] = {list(expected)}")
+        hint = (
+            " (it is missing its trailing 1; torchrl would sum the log-ratio over agents)"
+            if tuple(value.shape) == expected[:-1]
+            else ""
+        )
+        raise ValueError(
+            f"group {group!r}: {what} {key} has shape {list(value.shape)}{hint}; "
+            f"expected [*batch, n_agents, 1] = {list(expected)}"
+        )
 
 
 def mask_padding(td: TensorDictBase, keys: GroupKeys) -> None:
@@ -85,9 +98,13 @@ def mask_padding(td: TensorDictBase, keys: GroupKeys) -> None:
 
 
 @torch.no_grad()
-def compute_advantages(td: TensorDictBase, groups: Mapping[str, GroupSpec], critics: Mapping[str, TensorDictModule],
-                       estimators: Mapping[str, MultiAgentGAE],
-                       value_norms: Mapping[str, tuple[ValueNorm, tuple | None]]) -> TensorDictBase:
+def compute_advantages(
+    td: TensorDictBase,
+    groups: Mapping[str, GroupSpec],
+    critics: Mapping[str, TensorDictModule],
+    estimators: Mapping[str, MultiAgentGAE],
+    value_norms: Mapping[str, tuple[ValueNorm, tuple | None]],
+) -> TensorDictBase:
     """Each group's advantage and value target, ``[*B, T, n_agents, 1]``, written into ``td``.
 
     ``td`` is a rollout with its time dim last in the batch and the routed training reward/done
@@ -100,8 +117,10 @@ def compute_advantages(td: TensorDictBase, groups: Mapping[str, GroupSpec], crit
         keys = spec.keys
         for key in (keys.reward, keys.done, keys.terminated):
             if ("next", *key) not in td.keys(include_nested=True):
-                raise KeyError(f"group {g!r}: ('next', {key}) is missing; apply the bound reward table to the "
-                               "batch before computing advantages")
+                raise KeyError(
+                    f"group {g!r}: ('next', {key}) is missing; apply the bound reward table to the "
+                    "batch before computing advantages"
+                )
             check_trailing_one(td.get("next"), g, key, "training reward/done")
         critic = critics[g]
         if id(critic) not in called:

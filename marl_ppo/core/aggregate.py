@@ -11,6 +11,7 @@
 >>> total_loss(losses, weights={"blue": 0.5}).item()
 5.0
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -27,9 +28,7 @@ def total_loss(losses: TensorDictBase, weights: Mapping[str, float] | None = Non
     weights = dict(weights or {})
     unknown = set(weights) - set(losses.keys())
     if unknown:
-        raise KeyError(
-            f"loss weights given for unknown group(s) {sorted(unknown)}; groups are {sorted(losses.keys())}"
-        )
+        raise KeyError(f"loss weights given for unknown group(s) {sorted(unknown)}; groups are {sorted(losses.keys())}")
     total = None
     for group in losses.keys():
         group_losses = losses.get(group)

@@ -13,7 +13,7 @@ through one call:
 - the loss runs with ``reduction="none"``, and each loss term and diagnostic is then reduced per
   group exactly as that group's own loss reduces it (masked means included). The router's output,
   the aggregated loss and its gradients are those of the unbundled router
-  (``tests/test_bundles.py`` compares them).
+  (``tests/core/test_bundles.py`` compares them).
 
 Advantages are still computed per group (:meth:`GroupRouter.compute_advantages`), each on its own
 reward and done keys: bundling only changes how the update's loss calls are batched.
@@ -21,6 +21,7 @@ reward and done keys: bundling only changes how the update's loss calls are batc
 Written by hand: torchrl's losses take one actor and one critic; batching several groups' losses
 while keeping each group's own reduction has no library equivalent.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -198,8 +199,9 @@ class GroupBundle:
         for name, value in out.items():
             if name.startswith("loss_"):
                 # torchrl zeroes masked positions; its mean is then sum / count of valid ones
-                per_group[name] = _by_group(value, dim, k).mean(1) if count is None else (
-                    _by_group(value, dim, k).sum(1) / count)
+                per_group[name] = (
+                    _by_group(value, dim, k).mean(1) if count is None else (_by_group(value, dim, k).sum(1) / count)
+                )
             elif name in _PER_AGENT_DIM:
                 per_group[name] = _by_group(value.detach().float(), _PER_AGENT_DIM[name], k).mean(1)
             elif name not in _ELEMENTWISE:
@@ -223,9 +225,17 @@ class GroupBundle:
                 elementwise["entropy"] = _by_group(entropy.detach(), dim, k).mean(1)
             per_group.update({name: elementwise[name] for name in out.keys() if name in elementwise})
             if self.spec.is_composite_action:
-                per_group.update(self._head_diagnostics(
-                    self.spec.keys.action, new_lp, bundled, composite_entropy,
-                    lambda x: _by_group(x, dim, k).mean(1)))
+                per_group.update(
+                    self._head_diagnostics(
+                        self.spec.keys.action,
+                        new_lp,
+                        bundled,
+                        composite_entropy,
+                        lambda x: _by_group(x, dim, k).mean(1),
+                    )
+                )
         columns = {name: value.unbind(0) for name, value in per_group.items()}
-        return {g: TensorDict({name: col[i] for name, col in columns.items()}, batch_size=[])
-                for i, g in enumerate(self.groups)}
+        return {
+            g: TensorDict({name: col[i] for name, col in columns.items()}, batch_size=[])
+            for i, g in enumerate(self.groups)
+        }

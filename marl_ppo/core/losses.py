@@ -3,7 +3,7 @@
 Each group's loss is torchrl's own ``MAPPOLoss``, ``IPPOLoss`` or ``ClipPPOLoss`` with
 :class:`_PerHeadLoss` mixed in. The methods it overrides are private to torchrl 0.14.1 and may
 change in any release; they are rows of the package's table of private names
-(:mod:`marl_ppo.upstream`), and ``tests/test_losses.py`` checks that each still exists with the
+(:mod:`marl_ppo.upstream`), and ``tests/core/test_losses.py`` checks that each still exists with the
 signature we override, so that an upgrade fails loudly there instead of silently here:
 
 * ``_get_entropy(dist, adv_shape)`` -- no graph for an entropy that is only logged;
@@ -20,6 +20,7 @@ signature we override, so that an upgrade fails loudly there instead of silently
   ours the critic's network itself outputs normalised values (see
   :class:`~marl_ppo.models.critic.NormalizedValueNet`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,8 @@ from typing import Any
 
 import torch
 from tensordict import is_tensor_collection
-from torchrl.objectives import ClipPPOLoss
 from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
+from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
@@ -40,15 +41,21 @@ __all__ = ["LOSSES", "OVERRIDDEN", "LossRecord"]
 
 # name -> the parameters (after self) of torchrl's method we override: the rows of marl_ppo.upstream's
 # table of private names for this file (tests/test_upstream.py checks them against torchrl)
-OVERRIDDEN = {row.name: row.params for row in PRIVATE_NAMES
-              if row.kind == "override" and row.used_in == "core/losses.py"}
+OVERRIDDEN = {
+    row.name: row.params for row in PRIVATE_NAMES if row.kind == "override" and row.used_in == "core/losses.py"
+}
 
 
 # closed-form entropies that are finite whenever the distribution's parameters are: our tanh-normal
 # (a quadrature of finite terms), the normal (log of a positive scale), categoricals (torchrl's and
 # torch's clamp the logits). Masked categoricals keep torchrl's check.
-_FINITE_ENTROPY = (StableTanhNormal, IndependentNormal, MultiCategorical, OneHotCategorical,
-                   torch.distributions.Categorical)
+_FINITE_ENTROPY = (
+    StableTanhNormal,
+    IndependentNormal,
+    MultiCategorical,
+    OneHotCategorical,
+    torch.distributions.Categorical,
+)
 
 
 @dataclass
@@ -93,9 +100,18 @@ class _PerHeadLoss:
     * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`).
     """
 
-    def __init__(self, actor_network, critic_network, *, head_coeffs: Sequence[float],
-                 entropy_heads: Mapping | None = None, value_norm: Any = None, mask_key: Any = None,
-                 per_element: bool = False, **kwargs) -> None:
+    def __init__(
+        self,
+        actor_network,
+        critic_network,
+        *,
+        head_coeffs: Sequence[float],
+        entropy_heads: Mapping | None = None,
+        value_norm: Any = None,
+        mask_key: Any = None,
+        per_element: bool = False,
+        **kwargs,
+    ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
         self.register_buffer("head_entropy_coeffs", torch.tensor(list(head_coeffs), dtype=torch.float32))
         self.register_buffer("base_head_entropy_coeffs", self.head_entropy_coeffs.clone())

@@ -25,6 +25,7 @@ torch.Size([4, 8, 3, 1])
 (['adversary', 'agent'], torch.Size([]))
 >>> out = AggregatedStep(router, lr=1e-3)(losses)
 """
+
 from __future__ import annotations
 
 import math
@@ -39,11 +40,11 @@ from torch import nn
 
 from marl_ppo.core.advantages import check_trailing_one, compute_advantages, group_estimator
 from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
-from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.core.losses import LOSSES as _LOSSES
+from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
-from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_norms
+from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
 __all__ = ["GroupRouter", "LossAlgorithm", "LEGACY_STATE_PREFIXES"]
@@ -134,8 +135,9 @@ class GroupRouter(nn.Module):
         recurrent_critics = {id(c): c for c in self._critics.values() if recurrent_modules(c)}
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *recurrent_critics.values())
         self.recurrent_keys = state_keys(self.policy)  # stored states + "is_init"; [] without a recurrent model
-        self._reads_own_group_only = {g: _reads_own_group_only(spec, self.losses[g].critic_network)
-                                      for g, spec in self.groups.items()}
+        self._reads_own_group_only = {
+            g: _reads_own_group_only(spec, self.losses[g].critic_network) for g, spec in self.groups.items()
+        }
         self._register_load_state_dict_pre_hook(_drop_legacy_keys)
         # Not registered as submodules: a bundle holds no parameters of its own, and the router's
         # state_dict stays the groups' (see _apply for devices).
@@ -146,15 +148,35 @@ class GroupRouter(nn.Module):
                 self._bundles.append(self._make_bundle(f"__bundle{i}__", names, actors, critics, head_coeffs))
         self._bundled = {g: b for b in self._bundles for g in b.groups}
 
-    def _make_loss(self, spec: GroupSpec, actor, critic, coeffs: list[float], *, value_norm=None,
-                   per_element: bool = False, **extra) -> nn.Module:
+    def _make_loss(
+        self,
+        spec: GroupSpec,
+        actor,
+        critic,
+        coeffs: list[float],
+        *,
+        value_norm=None,
+        per_element: bool = False,
+        **extra,
+    ) -> nn.Module:
         """One group's torchrl PPO loss, on the group's keys, with its heads' entropy coefficients."""
         keys = spec.keys
-        entropy_heads = ({_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
-                         if spec.is_composite_action else None)
-        loss = _LOSSES[self.algorithm](actor, critic, head_coeffs=coeffs, entropy_heads=entropy_heads,
-                                       value_norm=value_norm, mask_key=keys.mask, per_element=per_element,
-                                       **self._loss_kwargs, **extra)
+        entropy_heads = (
+            {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
+            if spec.is_composite_action
+            else None
+        )
+        loss = _LOSSES[self.algorithm](
+            actor,
+            critic,
+            head_coeffs=coeffs,
+            entropy_heads=entropy_heads,
+            value_norm=value_norm,
+            mask_key=keys.mask,
+            per_element=per_element,
+            **self._loss_kwargs,
+            **extra,
+        )
         loss.set_keys(
             value=keys.value,
             advantage=keys.advantage,
@@ -179,8 +201,9 @@ class GroupRouter(nn.Module):
         if sliced is not None:  # each group's slice de-normalised with its own statistics
             net = NormalizedValueNet(net, {name: sliced}, {})
         critic = TensorOutModule(net, in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
-        loss = self._make_loss(spec, actor, critic, head_coeffs[members[0]], value_norm=sliced, per_element=True,
-                               reduction="none")
+        loss = self._make_loss(
+            spec, actor, critic, head_coeffs[members[0]], value_norm=sliced, per_element=True, reduction="none"
+        )
         diagnostics = partial(_per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
         return GroupBundle(spec, members, loss, diagnostics)
 
@@ -225,8 +248,9 @@ class GroupRouter(nn.Module):
         ``model`` gives every option, else ``share_params``/``hidden``/``activation`` an MLP), then the router."""
         if model is None:
             model = ModelConfig(hidden=list(hidden), activation=activation, share_params=share_params)
-        actors, critics = build_models(groups, model, algorithm=algorithm, value_norm=value_norm,
-                                       popart_beta=popart_beta, device=device)
+        actors, critics = build_models(
+            groups, model, algorithm=algorithm, value_norm=value_norm, popart_beta=popart_beta, device=device
+        )
         router = cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
         # the losses' own buffers (clip bounds, coefficients) join the networks on the device
         return router if device is None else router.to(device)
@@ -281,8 +305,13 @@ class GroupRouter(nn.Module):
 
 
 def _per_head_diagnostics(
-    heads: list[Head], clip_epsilon: float, action_key: tuple, new_lp: TensorDictBase, td: TensorDictBase,
-    entropy: TensorDictBase | None, reduce: Callable[[torch.Tensor], torch.Tensor],
+    heads: list[Head],
+    clip_epsilon: float,
+    action_key: tuple,
+    new_lp: TensorDictBase,
+    td: TensorDictBase,
+    entropy: TensorDictBase | None,
+    reduce: Callable[[torch.Tensor], torch.Tensor],
 ) -> dict[tuple, torch.Tensor]:
     """Per head: entropy, mean log-ratio, approximate KL (k3) and the fraction of samples whose
     own ratio leaves the clip range, beside torchrl's joint ``clip_fraction``.
@@ -317,8 +346,17 @@ def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
 
 def _reads_own_group_only(spec: GroupSpec, critic: TensorDictModule) -> bool:
     """Whether every entry the group's loss reads lives under the group's own key."""
-    keys = [*spec.observation_keys, *critic.in_keys, spec.action_mask_key, spec.keys.mask, spec.keys.action, spec.keys.log_prob,
-            spec.keys.advantage, spec.keys.value_target, spec.keys.value]
+    keys = [
+        *spec.observation_keys,
+        *critic.in_keys,
+        spec.action_mask_key,
+        spec.keys.mask,
+        spec.keys.action,
+        spec.keys.log_prob,
+        spec.keys.advantage,
+        spec.keys.value_target,
+        spec.keys.value,
+    ]
     return all(k is None or (isinstance(k, tuple) and len(k) > 1 and k[0] == spec.name) for k in keys)
 
 
@@ -348,8 +386,11 @@ def _head_coefficients(
     known = {}
     for g, group_heads in heads.items():
         for h in group_heads:
-            if "/" in "".join(h.name) or h.name[:1] and h.name[0] in _RESERVED or any(
-                n.startswith("loss_") for n in h.name
+            if (
+                "/" in "".join(h.name)
+                or h.name[:1]
+                and h.name[0] in _RESERVED
+                or any(n.startswith("loss_") for n in h.name)
             ):
                 raise ValueError(
                     f"group {g!r}: action head {h.name} cannot be logged without colliding with another "

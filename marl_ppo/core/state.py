@@ -26,6 +26,7 @@ torchrl object from outside it.
 >>> state.params()["weight"].shape
 torch.Size([1, 2])
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

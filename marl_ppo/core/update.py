@@ -3,6 +3,7 @@
 :func:`ppo_update` is the whole update once a batch has its advantages; the trainer calls it once
 per iteration, the benchmarks call it directly.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,9 +42,9 @@ def _update_keys(router: GroupRouter) -> list:
             keys.add(spec.keys.value)
         actions = loss.tensor_keys.action
         log_probs = loss.tensor_keys.sample_log_prob
-        for k in ([actions] if isinstance(actions, (str, tuple)) else actions):
+        for k in [actions] if isinstance(actions, (str, tuple)) else actions:
             keys.add(k)
-        for k in ([log_probs] if isinstance(log_probs, (str, tuple)) else log_probs):
+        for k in [log_probs] if isinstance(log_probs, (str, tuple)) else log_probs:
             keys.add(k)
     keys.update(router.recurrent_keys)
     return sorted(keys, key=str)
@@ -107,7 +108,7 @@ def ppo_update(
         logged = []
         for i in range(n_minibatches):
             with mode():
-                losses = router(flat[perm[i * minibatch_size:(i + 1) * minibatch_size]])
+                losses = router(flat[perm[i * minibatch_size : (i + 1) * minibatch_size]])
             stats = step(losses)
             if check_each_step and not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))

@@ -15,6 +15,7 @@ with ``env.time_limit`` applied (:mod:`~marl_ppo.envs.time_limit`): by default a
 >>> env.rollout(3)["next", "agents", "episode_reward"].shape
 torch.Size([2, 3, 2, 1])
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,14 +30,31 @@ from marl_ppo.envs.transforms import FlatObservation, with_episode_returns
 from marl_ppo.envs.vmas import make_vmas, vmas_scenarios
 
 __all__ = [
-    "make_env", "vmas_scenarios", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "FlatObservation",
-    "CommAdapter", "EnvFactory", "load_factory", "factory_path", "absolute_factory", "eval_num_envs", "EnvConfig",
+    "make_env",
+    "vmas_scenarios",
+    "mpe_tasks",
+    "classic_tasks",
+    "pettingzoo_tasks",
+    "FlatObservation",
+    "CommAdapter",
+    "EnvFactory",
+    "load_factory",
+    "factory_path",
+    "absolute_factory",
+    "eval_num_envs",
+    "EnvConfig",
     "TruncationAsTermination",
 ]
 
 
-def make_env(cfg: EnvConfig, *, seed: int = 0, device: str | torch.device | None = None,
-             num_envs: int | None = None, env_fn: EnvFactory | None = None) -> EnvBase:
+def make_env(
+    cfg: EnvConfig,
+    *,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    num_envs: int | None = None,
+    env_fn: EnvFactory | None = None,
+) -> EnvBase:
     """The env described by ``cfg`` (or returned by ``env_fn``), with episode-return accounting, seeded.
 
     ``num_envs`` (default ``cfg.num_envs``) and ``seed`` let the evaluation env differ from the

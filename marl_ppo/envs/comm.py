@@ -17,6 +17,7 @@ single categorical. Neither is the natural hybrid action. This transform (on a V
 >>> td["speaker", "action", "comm"].shape, td["speaker", "action", "move"].shape
 (torch.Size([2, 3, 1]), torch.Size([2, 3, 1, 2]))
 """
+
 from __future__ import annotations
 
 import torch

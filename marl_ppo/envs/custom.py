@@ -12,8 +12,9 @@ A factory is any callable returning a torchrl multi-agent env (an ``EnvBase`` wi
 >>> load_factory("marl_ppo.envs.toy:no_such_thing")
 Traceback (most recent call last):
 ...
-marl_ppo.options.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': module marl_ppo.envs.toy has no attribute 'no_such_thing'...
+marl_ppo.options.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': module marl_ppo.envs.toy has...
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,12 +30,18 @@ import torch
 from torchrl.envs import EnvBase
 
 from marl_ppo.envs.options import EnvConfig
-from marl_ppo.options import ConfigError
 from marl_ppo.groups.specs import GroupSpecError, read_group_specs
+from marl_ppo.options import ConfigError
 
-
-__all__ = ["EnvFactory", "load_factory", "factory_arguments", "make_custom", "factory_path", "absolute_factory",
-           "SYSTEM_ARGUMENTS"]
+__all__ = [
+    "EnvFactory",
+    "load_factory",
+    "factory_arguments",
+    "make_custom",
+    "factory_path",
+    "absolute_factory",
+    "SYSTEM_ARGUMENTS",
+]
 
 EnvFactory = Callable[..., EnvBase]
 SYSTEM_ARGUMENTS = ("num_envs", "device", "seed", "max_steps")
@@ -44,17 +51,14 @@ def load_factory(spec: str) -> EnvFactory:
     """The callable that ``"package.module:callable"`` or ``"path/to/file.py:callable"`` names."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name or (len(target) == 1 and target.isalpha()):  # "C:\env.py"
-        raise ConfigError(
-            f"env.factory {spec!r}: expected 'package.module:callable' or 'path/to/file.py:callable'"
-        )
+        raise ConfigError(f"env.factory {spec!r}: expected 'package.module:callable' or 'path/to/file.py:callable'")
     module = _import_file(spec, target) if target.endswith(".py") else _import_module(spec, target)
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
             raise ConfigError(
-                f"env.factory {spec!r}: module {module.__name__} has no attribute {name!r}; "
-                f"its callables are {public}"
+                f"env.factory {spec!r}: module {module.__name__} has no attribute {name!r}; its callables are {public}"
             )
         obj = getattr(obj, part)
     if not callable(obj):
@@ -79,7 +83,9 @@ def _import_module(spec: str, module_name: str):
             f"sys.path is {sys.path[:4]}...), or name the file: 'path/to/file.py:callable'"
         ) from err
     except Exception as err:
-        raise ConfigError(f"env.factory {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}") from err
+        raise ConfigError(
+            f"env.factory {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}"
+        ) from err
 
 
 def _import_file(spec: str, file_name: str):
@@ -145,8 +151,14 @@ def factory_arguments(fn: EnvFactory, kwargs: dict[str, Any], **system: Any) -> 
     return {**kwargs, **{k: v for k, v in system.items() if k in named}}
 
 
-def make_custom(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.device | None = None,
-                env_fn: EnvFactory | None = None) -> EnvBase:
+def make_custom(
+    cfg: EnvConfig,
+    *,
+    seed: int,
+    num_envs: int,
+    device: str | torch.device | None = None,
+    env_fn: EnvFactory | None = None,
+) -> EnvBase:
     """The env ``env_fn`` (or the factory ``cfg.factory`` names) returns, checked to be a multi-agent env."""
     if env_fn is None:
         if not cfg.factory:
@@ -157,8 +169,9 @@ def make_custom(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch
             )
         env_fn = load_factory(cfg.factory)
     name = cfg.factory or factory_path(env_fn) or repr(env_fn)
-    args = factory_arguments(env_fn, dict(cfg.kwargs), num_envs=num_envs, device=device or cfg.device,
-                             seed=seed, max_steps=cfg.max_steps)
+    args = factory_arguments(
+        env_fn, dict(cfg.kwargs), num_envs=num_envs, device=device or cfg.device, seed=seed, max_steps=cfg.max_steps
+    )
     env = env_fn(**args)
     if not isinstance(env, EnvBase):
         raise ConfigError(

@@ -6,6 +6,7 @@
 >>> EnvConfig(scenario="navigation", num_envs=4).bounds_episodes
 True
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,7 +72,9 @@ class EnvConfig:
     def __post_init__(self) -> None:
         choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
         if self.factory is not None and self.kind != "custom":
-            raise ConfigError(f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom")
+            raise ConfigError(
+                f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom"
+            )
         at_least("env.num_envs", self.num_envs, 1)
         at_least("env.max_steps", self.max_steps, 1)
         choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
@@ -87,4 +90,6 @@ class EnvConfig:
                 if value:
                     raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
             if self.kind == "pettingzoo" and self.device != "cpu":
-                raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")
+                raise ConfigError(
+                    f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu"
+                )

@@ -28,6 +28,7 @@ wrapper as a truncation (``(group, "truncated")`` and root ``truncated`` ``True`
 ``False``), which ``env.time_limit=truncate`` keeps and ``terminate`` turns into a termination
 (:mod:`~marl_ppo.envs.time_limit`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,10 +44,10 @@ from typing import Any, Callable
 from torchrl.envs import EnvBase, ParallelEnv, SerialEnv, TransformedEnv
 
 from marl_ppo.envs.options import EnvConfig
-from marl_ppo.options import ConfigError
 from marl_ppo.envs.transforms import FlatObservation, needs_flattening
-from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.envs.vmas import unknown_name
+from marl_ppo.envs.workers import workers_ignore_stop_signals
+from marl_ppo.options import ConfigError
 
 __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks"]
 
@@ -292,7 +293,8 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
     spec = _registry_spec(env_id)
     parallel = env_id in pettingzoo.parallel_registry
     takes_max_cycles = spec.max_cycles is not None or _accepts_max_cycles(
-        importlib.import_module(spec.entry_point.partition(":")[0]))
+        importlib.import_module(spec.entry_point.partition(":")[0])
+    )
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
     game = _construct(make, kwargs, max_steps, takes_max_cycles, f"pettingzoo.make({env_id!r}, **env.kwargs)")
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))

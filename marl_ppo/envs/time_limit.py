@@ -25,6 +25,7 @@ Per env kind (see :func:`vmas_time_limit` and :func:`fold_truncation`):
 >>> nxt["truncated"].squeeze(-1)[0].tolist(), nxt["terminated"].squeeze(-1)[0].tolist()
 ([False, False, True], [False, False, False])
 """
+
 from __future__ import annotations
 
 from tensordict import TensorDictBase

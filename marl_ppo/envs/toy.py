@@ -11,6 +11,7 @@ Targets are redrawn every step; episodes last ``max_steps``.
 >>> td["agents", "action", "move"].shape, td["agents", "action", "choice"].shape
 (torch.Size([4, 3, 2, 2]), torch.Size([4, 3, 2]))
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,15 @@ class HybridTargetEnv(EnvBase):
 
     batch_locked = True
 
-    def __init__(self, num_envs: int = 16, n_agents: int = 2, n_symbols: int = 3, max_steps: int = 10,
-                 seed: int | None = None, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        num_envs: int = 16,
+        n_agents: int = 2,
+        n_symbols: int = 3,
+        max_steps: int = 10,
+        seed: int | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
         super().__init__(batch_size=torch.Size([num_envs]), device=device)
         self.n_agents, self.n_symbols, self.max_steps = n_agents, n_symbols, max_steps
         self.group_map = {"agents": [f"agent_{i}" for i in range(n_agents)]}

@@ -9,6 +9,7 @@
 >>> env.reset()["player_1", "observation"].shape, env.observation_spec["player_1", "observation"].dtype
 (torch.Size([1, 18]), torch.float32)
 """
+
 from __future__ import annotations
 
 import math
@@ -62,7 +63,7 @@ class FlatObservation(Transform):
         n_categories = self.groups[group]
         if n_categories is not None:
             return torch.nn.functional.one_hot(obs.long(), n_categories).to(torch.float32)
-        return obs.reshape(*obs.shape[:group_td.batch_dims], -1).to(torch.float32)
+        return obs.reshape(*obs.shape[: group_td.batch_dims], -1).to(torch.float32)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         flat = {g: self._flat(g, next_tensordict.get(g)) for g in self.groups}
@@ -82,7 +83,7 @@ class FlatObservation(Transform):
             group_spec = observation_spec[g]
             leaf = _observation_leaf(g, group_spec["observation"])
             batch = group_spec.shape  # [*B, n_agents]
-            dim = n_categories if n_categories is not None else math.prod(leaf.shape[len(batch):])
+            dim = n_categories if n_categories is not None else math.prod(leaf.shape[len(batch) :])
             group_spec["observation"] = Unbounded(shape=(*batch, dim), dtype=torch.float32, device=leaf.device)
         return observation_spec
 
@@ -111,7 +112,7 @@ def _observation_leaf(group: str, spec: TensorSpec) -> TensorSpec:
 
 
 def _refuse_images(group: str, leaf: TensorSpec, group_shape: torch.Size) -> None:
-    per_agent = tuple(leaf.shape[len(group_shape):])
+    per_agent = tuple(leaf.shape[len(group_shape) :])
     if leaf.dtype == torch.uint8 and len(per_agent) == 3:
         raise GroupSpecError(
             f"group {group!r}: observation ({group!r}, 'observation') is an image of shape {list(per_agent)} "
@@ -132,8 +133,9 @@ def with_episode_returns(env: EnvBase) -> TransformedEnv:
             f"[*B, n_agents, 1] for every group; reward keys are {list(env.full_reward_spec.keys(True, True))}"
         )
     reset_keys = [(g, "_reset") if (g, "_reset") in env.reset_keys else "_reset" for g in groups]
-    returns = RewardSum(in_keys=reward_keys, out_keys=[GroupKeys.for_group(g).episode_reward for g in groups],
-                        reset_keys=reset_keys)
+    returns = RewardSum(
+        in_keys=reward_keys, out_keys=[GroupKeys.for_group(g).episode_reward for g in groups], reset_keys=reset_keys
+    )
     if isinstance(env, TransformedEnv):  # appended, not nested: torchrl warns on a nested one and unwraps it
         env.append_transform(returns)
         return env

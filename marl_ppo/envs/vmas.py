@@ -5,14 +5,15 @@
 >>> env.group_map, env.batch_size
 ({'agents': ['agent_0', 'agent_1']}, torch.Size([2]))
 """
+
 from __future__ import annotations
 
 import torch
 from torchrl.envs import Compose, EnvBase, TransformedEnv
 
 from marl_ppo.envs.options import EnvConfig
-from marl_ppo.options import ConfigError
 from marl_ppo.envs.time_limit import vmas_time_limit
+from marl_ppo.options import ConfigError
 
 __all__ = ["make_vmas", "vmas_scenarios", "unknown_name"]
 

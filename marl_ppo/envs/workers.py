@@ -1,4 +1,5 @@
 """Env worker processes and stop signals: workers leave SIGINT/SIGTERM to the main process."""
+
 from __future__ import annotations
 
 import contextlib

@@ -6,8 +6,20 @@ multi-agent env, with the :class:`GroupKeys` that name every entry a group's los
 writes; :mod:`~marl_ppo.groups.reward_table` routes the env's signals to each group's training
 reward and done, explicitly.
 """
+
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable, RewardTableError, own, signal, team
 from marl_ppo.groups.specs import GroupKeys, GroupSpec, GroupSpecError, group_map, read_group_specs
 
-__all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs", "RewardTable",
-           "BoundRewardTable", "RewardTableError", "own", "team", "signal"]
+__all__ = [
+    "GroupKeys",
+    "GroupSpec",
+    "GroupSpecError",
+    "group_map",
+    "read_group_specs",
+    "RewardTable",
+    "BoundRewardTable",
+    "RewardTableError",
+    "own",
+    "team",
+    "signal",
+]

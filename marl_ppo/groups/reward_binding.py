@@ -4,6 +4,7 @@
 naming the group, the key and what exists for anything that cannot fit) into one typed
 :class:`GroupPlan` per group; :class:`BoundRewardTable` applies the plans to a batch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -42,9 +43,13 @@ class GroupPlan:
     out: GroupKeys
 
 
-def bind_rows(rows: Mapping[str, GroupRow], n_agents: Mapping[str, int], signals: Mapping[Key, tuple[int, ...]],
-              reward_keys: Mapping[str, NestedKey | None],
-              done_keys: Mapping[str, tuple[NestedKey | None, NestedKey | None]]) -> dict[str, GroupPlan]:
+def bind_rows(
+    rows: Mapping[str, GroupRow],
+    n_agents: Mapping[str, int],
+    signals: Mapping[Key, tuple[int, ...]],
+    reward_keys: Mapping[str, NestedKey | None],
+    done_keys: Mapping[str, tuple[NestedKey | None, NestedKey | None]],
+) -> dict[str, GroupPlan]:
     """Each group's :class:`GroupPlan` (``rows`` and ``n_agents`` name the same groups)."""
     plans = {}
     for group, row in rows.items():

@@ -35,6 +35,7 @@ A table is validated against the env's specs by :meth:`RewardTable.bind`, which 
 >>> bound(td)["next", "blue", "train_reward"].flatten().tolist()  # -(1 + 3)
 [-4.0]
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -92,8 +93,7 @@ def _parse_term(group: str, spec: Any) -> Term:
     unknown = set(spec) - _TERM_FIELDS
     if unknown:
         raise RewardTableError(
-            f"group {group!r}: unknown reward term field(s) {sorted(unknown)}; "
-            f"known fields are {sorted(_TERM_FIELDS)}"
+            f"group {group!r}: unknown reward term field(s) {sorted(unknown)}; known fields are {sorted(_TERM_FIELDS)}"
         )
     sources = [s for s in ("own", "team", "group", "key") if s in spec]
     if len(sources) != 1:
@@ -164,17 +164,21 @@ class RewardTable:
     def from_dict(cls, mapping: Mapping[str, Any]) -> "RewardTable":
         """Builds a table from the YAML/dict form::
 
-            adversary:
-              reward: [{own: 1.0}, {team: [adversary, agent], reduce: mean, weight: 0.5}]
-              done: root
-            agent: [{group: adversary, weight: -1.0}]     # a bare list is the reward
+        adversary:
+          reward: [{own: 1.0}, {team: [adversary, agent], reduce: mean, weight: 0.5}]
+          done: root
+        agent: [{group: adversary, weight: -1.0}]     # a bare list is the reward
         """
         if not isinstance(mapping, Mapping):
-            raise RewardTableError(f"a reward table maps each group to its row, got {type(mapping).__name__} {mapping!r}")
+            raise RewardTableError(
+                f"a reward table maps each group to its row, got {type(mapping).__name__} {mapping!r}"
+            )
         rows: dict[str, GroupRow] = {}
         for group, row in mapping.items():
             if row is None:
-                raise RewardTableError(f"group {group!r}: the row is empty (null); give a reward list such as [{{own: 1.0}}]")
+                raise RewardTableError(
+                    f"group {group!r}: the row is empty (null); give a reward list such as [{{own: 1.0}}]"
+                )
             if isinstance(row, Mapping):
                 unknown = set(row) - {"reward", "done"}
                 if unknown:

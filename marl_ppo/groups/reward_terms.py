@@ -5,6 +5,7 @@ See :mod:`marl_ppo.groups.reward_table` for the table and its YAML form.
 >>> own(0.5).describe("red")
 '0.5 × own reward (red.reward)'
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,19 @@ from typing import Any, Literal
 
 from tensordict.utils import NestedKey
 
-__all__ = ["RewardTableError", "Term", "GroupRow", "own", "team", "signal", "Reduce", "DoneSource", "as_key",
-           "format_key", "in_group"]
+__all__ = [
+    "RewardTableError",
+    "Term",
+    "GroupRow",
+    "own",
+    "team",
+    "signal",
+    "Reduce",
+    "DoneSource",
+    "as_key",
+    "format_key",
+    "in_group",
+]
 
 Reduce = Literal["none", "mean", "sum"]
 DoneSource = Literal["auto", "own", "root"]
@@ -63,9 +75,7 @@ class Term:
     def __post_init__(self) -> None:
         _weight(self.weight, f"{self.source} term")
         if self.reduce not in ("none", "mean", "sum"):
-            raise RewardTableError(
-                f"reduce must be one of 'none', 'mean', 'sum', got {self.reduce!r}"
-            )
+            raise RewardTableError(f"reduce must be one of 'none', 'mean', 'sum', got {self.reduce!r}")
 
     def describe(self, group: str) -> str:
         if self.source == "own":

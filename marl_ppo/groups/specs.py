@@ -13,6 +13,7 @@ never at the root, so two groups' losses cannot overwrite each other's advantage
 >>> specs["adversary"].keys.advantage
 ('adversary', 'advantage')
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,7 +29,6 @@ __all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_
 
 class GroupSpecError(ValueError):
     """An env whose specs do not describe agent groups in torchrl's multi-agent layout."""
-
 
 
 @dataclass(frozen=True)
@@ -166,18 +166,13 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
                 f"the spec has {sorted(map(str, obs_spec.keys()))}"
             )
         group_obs = obs_spec[group]
-        obs_keys = tuple(
-            (group, k)
-            for k in group_obs.keys()
-            if k not in _NON_INPUT_OBS
-        )
+        obs_keys = tuple((group, k) for k in group_obs.keys() if k not in _NON_INPUT_OBS)
         if not obs_keys:
             raise GroupSpecError(f"group {group!r} has no observation to feed a policy")
         action_key = (group, "action")
         if action_key not in act_spec.keys(include_nested=True):
             raise GroupSpecError(
-                f"group {group!r} has no action at {action_key}; "
-                f"action keys are {list(act_spec.keys(True, True))}"
+                f"group {group!r} has no action at {action_key}; action keys are {list(act_spec.keys(True, True))}"
             )
         mask_key = (group, "action_mask") if "action_mask" in group_obs.keys() else None
         if mask_key is not None:
@@ -195,17 +190,18 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             raw_terminated_key=(group, "terminated") if (group, "terminated") in done_keys else None,
             action_mask_key=mask_key,
             observation_shape=tuple(obs_spec[obs_keys[0]].shape[batch_ndim:]),
-            keys=GroupKeys.for_group(
-                group, mask=(group, "mask") if "mask" in group_obs.keys() else None
-            ),
+            keys=GroupKeys.for_group(group, mask=(group, "mask") if "mask" in group_obs.keys() else None),
         )
     return specs
 
 
 def _check_action_mask(group: str, mask_spec: TensorSpec, action_spec: TensorSpec) -> None:
     """A legal-action mask must be boolean with one entry per choice of the group's action."""
-    n_choices = action_spec.shape[-1] if isinstance(action_spec, OneHot) else getattr(
-        getattr(action_spec, "space", None), "n", None)
+    n_choices = (
+        action_spec.shape[-1]
+        if isinstance(action_spec, OneHot)
+        else getattr(getattr(action_spec, "space", None), "n", None)
+    )
     if isinstance(action_spec, Composite) or not isinstance(n_choices, int):
         return  # composite or multi-discrete: refused by the policy builder, which says why
     if mask_spec.dtype != torch.bool or mask_spec.shape[-1] != n_choices:

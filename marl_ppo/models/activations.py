@@ -15,6 +15,7 @@ Written by hand: torch offers no per-op switch to keep ATen's kernel inside a co
 >>> torch.equal(Tanh()(x), torch.tanh(x)), torch.equal(aten_tanh(x), torch.tanh(x))
 (True, True)
 """
+
 from __future__ import annotations
 
 import torch

@@ -8,6 +8,7 @@
 >>> td["agents", "action"].shape, td["agents", "action_log_prob"].shape
 (torch.Size([2, 2, 2]), torch.Size([2, 2]))
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -56,27 +57,51 @@ def build_actor(
     n_out = sum(h.n_params for h in heads)
     obs_key, trunk, spec = group.observation_keys[0], None, model_kind(kind)
     if spec.trunk is not None:
-        trunk, obs_key = spec.trunk(group, role="actor", hidden=hidden, activation=activation,
-                                    rnn_hidden=rnn_hidden, share_params=share_params, device=device)
-        net = agent_mlp(group, n_out, centralized=False, share_params=share_params, hidden=(),
-                        activation=activation, device=device, n_inputs=rnn_hidden)
+        trunk, obs_key = spec.trunk(
+            group,
+            role="actor",
+            hidden=hidden,
+            activation=activation,
+            rnn_hidden=rnn_hidden,
+            share_params=share_params,
+            device=device,
+        )
+        net = agent_mlp(
+            group,
+            n_out,
+            centralized=False,
+            share_params=share_params,
+            hidden=(),
+            activation=activation,
+            device=device,
+            n_inputs=rnn_hidden,
+        )
     if net is None:
-        net = agent_mlp(group, n_out, centralized=False, share_params=share_params,
-                        hidden=hidden, activation=activation, device=device)
+        net = agent_mlp(
+            group,
+            n_out,
+            centralized=False,
+            share_params=share_params,
+            hidden=hidden,
+            activation=activation,
+            device=device,
+        )
     actor = _actor_on(group, heads, net, obs_key, trunk)
     # a bundle rebuilds the actor around the bare network: only a kind without state allows it
     return stamp_network(actor, net) if spec.bundleable and trunk is None else actor
 
 
-def _actor_on(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey,
-              trunk: TensorDictSequential | None) -> ProbabilisticActor:
+def _actor_on(
+    group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey, trunk: TensorDictSequential | None
+) -> ProbabilisticActor:
     """The probabilistic actor: ``net`` on ``obs_key`` (after ``trunk``, if any) gives the heads' parameters."""
     g = group.name
     if not group.is_composite_action:
         head = heads[0]
         if head.param_names == ("loc", "scale"):
             module = TensorOutModule(
-                nn.Sequential(net, NormalParamExtractor()), in_keys=[obs_key],
+                nn.Sequential(net, NormalParamExtractor()),
+                in_keys=[obs_key],
                 out_keys=[(g, "loc"), (g, "scale")],
             )
             in_keys = {"loc": (g, "loc"), "scale": (g, "scale")}
@@ -119,8 +144,9 @@ class _SplitHeads(nn.Module):
         return tuple(params)
 
 
-def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey,
-                     trunk: TensorDictSequential | None = None) -> ProbabilisticActor:
+def _composite_actor(
+    group: GroupSpec, heads: list[Head], net: nn.Module, obs_key: NestedKey, trunk: TensorDictSequential | None = None
+) -> ProbabilisticActor:
     g = group.name
     params_key = (g, "params")
     out_keys = [params_key + h.name + (p,) for h in heads for p in h.param_names]
@@ -140,5 +166,3 @@ def _composite_actor(group: GroupSpec, heads: list[Head], net: nn.Module, obs_ke
         return_log_prob=True,
         default_interaction_type=InteractionType.RANDOM,
     )
-
-

@@ -1,4 +1,5 @@
 """One small builder: each group's actor and critic from its spec and the ``model`` config."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -30,17 +31,38 @@ def build_models(
     actors, critics = {}, {}
     for g, spec in groups.items():
         m = model.for_group(g)
-        actors[g] = build_actor(spec, share_params=m.share_params, hidden=m.hidden, activation=m.activation,
-                                device=device, kind=m.kind, rnn_hidden=m.rnn_hidden)
+        actors[g] = build_actor(
+            spec,
+            share_params=m.share_params,
+            hidden=m.hidden,
+            activation=m.activation,
+            device=device,
+            kind=m.kind,
+            rnn_hidden=m.rnn_hidden,
+        )
         if model.critic == "group":
-            critics[g] = build_critic(spec, centralized=algorithm == "mappo", share_params=m.share_params,
-                                      hidden=m.hidden, activation=m.activation, device=device,
-                                      value_norm=value_norm, popart_beta=popart_beta, kind=m.group_critic_kind,
-                                      rnn_hidden=m.rnn_hidden)
+            critics[g] = build_critic(
+                spec,
+                centralized=algorithm == "mappo",
+                share_params=m.share_params,
+                hidden=m.hidden,
+                activation=m.activation,
+                device=device,
+                value_norm=value_norm,
+                popart_beta=popart_beta,
+                kind=m.group_critic_kind,
+                rnn_hidden=m.rnn_hidden,
+            )
     if model.critic == "global":
         if algorithm != "mappo":
             raise ValueError(f"model.critic=global is MAPPO's critic; algorithm is {algorithm!r}")
-        critic = build_global_critic(groups, hidden=model.hidden, activation=model.activation, device=device,
-                                     value_norm=value_norm, popart_beta=popart_beta)
+        critic = build_global_critic(
+            groups,
+            hidden=model.hidden,
+            activation=model.activation,
+            device=device,
+            value_norm=value_norm,
+            popart_beta=popart_beta,
+        )
         critics = {g: critic for g in groups}
     return actors, critics

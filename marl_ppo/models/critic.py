@@ -14,6 +14,7 @@ logged values and everything else see values in reward units. The router updates
 statistics once per collected batch (:func:`update_value_norm`) and the loss compares normalised
 targets and predictions (:mod:`marl_ppo.core.losses`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -29,8 +30,17 @@ from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observat
 from marl_ppo.models.modules import TensorOutModule, stamp_network
 from marl_ppo.models.registry import model_kind
 
-__all__ = ["build_critic", "build_global_critic", "check_every_group_acts", "NormalizedValueNet", "SlicedValueNorm", "make_value_norm", "value_norms",
-           "update_value_norm", "output_layer"]
+__all__ = [
+    "build_critic",
+    "build_global_critic",
+    "check_every_group_acts",
+    "NormalizedValueNet",
+    "SlicedValueNorm",
+    "make_value_norm",
+    "value_norms",
+    "update_value_norm",
+    "output_layer",
+]
 
 
 def build_critic(
@@ -55,28 +65,72 @@ def build_critic(
     ``kind`` ``gru``/``lstm``: the MLP feeds a recurrent cell, then a linear value layer.
     """
     if model_kind(kind).trunk is not None:
-        return _trunk_critic(group, kind, centralized=centralized, share_params=share_params, hidden=hidden,
-                                 activation=activation, device=device, value_norm=value_norm,
-                                 popart_beta=popart_beta, rnn_hidden=rnn_hidden)
+        return _trunk_critic(
+            group,
+            kind,
+            centralized=centralized,
+            share_params=share_params,
+            hidden=hidden,
+            activation=activation,
+            device=device,
+            value_norm=value_norm,
+            popart_beta=popart_beta,
+            rnn_hidden=rnn_hidden,
+        )
     if net is None:
-        net = agent_mlp(group, 1, centralized=centralized, share_params=share_params,
-                        hidden=hidden, activation=activation, device=device)
+        net = agent_mlp(
+            group,
+            1,
+            centralized=centralized,
+            share_params=share_params,
+            hidden=hidden,
+            activation=activation,
+            device=device,
+        )
     if value_norm == "none":
         critic = TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
         return stamp_network(critic, net)
     norm = make_value_norm(value_norm, popart_beta, device)
-    wrapped = NormalizedValueNet(net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {})
+    wrapped = NormalizedValueNet(
+        net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {}
+    )
     critic = TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
     return stamp_network(critic, net)  # a bundle runs the bare network, with the groups' normalisers
 
 
-def _trunk_critic(group: GroupSpec, kind: str, *, centralized: bool, share_params: bool, hidden, activation,
-                      device, value_norm: str, popart_beta: float, rnn_hidden: int) -> TensorDictModule:
-    trunk, features = model_kind(kind).trunk(group, role="critic", hidden=hidden, activation=activation,
-                                      rnn_hidden=rnn_hidden, share_params=share_params, centralized=centralized,
-                                      device=device)
-    head = agent_mlp(group, 1, centralized=False, share_params=share_params, hidden=(), activation=activation,
-                     device=device, n_inputs=rnn_hidden)
+def _trunk_critic(
+    group: GroupSpec,
+    kind: str,
+    *,
+    centralized: bool,
+    share_params: bool,
+    hidden,
+    activation,
+    device,
+    value_norm: str,
+    popart_beta: float,
+    rnn_hidden: int,
+) -> TensorDictModule:
+    trunk, features = model_kind(kind).trunk(
+        group,
+        role="critic",
+        hidden=hidden,
+        activation=activation,
+        rnn_hidden=rnn_hidden,
+        share_params=share_params,
+        centralized=centralized,
+        device=device,
+    )
+    head = agent_mlp(
+        group,
+        1,
+        centralized=False,
+        share_params=share_params,
+        hidden=(),
+        activation=activation,
+        device=device,
+        n_inputs=rnn_hidden,
+    )
     if value_norm != "none":
         layers = {group.name: output_layer(head)} if value_norm == "popart" else {}
         head = NormalizedValueNet(head, {group.name: make_value_norm(value_norm, popart_beta, device)}, layers)
@@ -101,22 +155,36 @@ def build_global_critic(
     normalisation, each group keeps its own statistics.
     """
     if len(set(hidden)) != 1:
-        raise ValueError(f"the global critic's trunk has layers of one width (torchrl's CrossGroupCritic); "
-                         f"model.hidden={list(hidden)}")
+        raise ValueError(
+            f"the global critic's trunk has layers of one width (torchrl's CrossGroupCritic); "
+            f"model.hidden={list(hidden)}"
+        )
     group_map = {
-        g: CrossCriticGroupSpec(obs_dim=observation_dim(s), n_agents=s.n_agents, obs_key=s.observation_keys[0],
-                                value_key=s.keys.value)
+        g: CrossCriticGroupSpec(
+            obs_dim=observation_dim(s), n_agents=s.n_agents, obs_key=s.observation_keys[0], value_key=s.keys.value
+        )
         for g, s in groups.items()
     }
-    critic = CrossGroupCritic(group_map, d_model=d_model, trunk_depth=len(hidden), trunk_cells=hidden[0],
-                              activation_class=ACTIVATIONS[activation], share_params=False, device=device)
+    critic = CrossGroupCritic(
+        group_map,
+        d_model=d_model,
+        trunk_depth=len(hidden),
+        trunk_cells=hidden[0],
+        activation_class=ACTIVATIONS[activation],
+        share_params=False,
+        device=device,
+    )
     if value_norm == "none":
         return critic
     norms = {g: make_value_norm(value_norm, popart_beta, device) for g in groups}
-    layers = {g: (critic.module.group_heads[g].weight, critic.module.group_heads[g].bias) for g in groups} \
-        if value_norm == "popart" else {}
-    return TensorDictModule(NormalizedValueNet(critic.module, norms, layers), in_keys=critic.in_keys,
-                            out_keys=critic.out_keys)
+    layers = (
+        {g: (critic.module.group_heads[g].weight, critic.module.group_heads[g].bias) for g in groups}
+        if value_norm == "popart"
+        else {}
+    )
+    return TensorDictModule(
+        NormalizedValueNet(critic.module, norms, layers), in_keys=critic.in_keys, out_keys=critic.out_keys
+    )
 
 
 def make_value_norm(kind: str, popart_beta: float, device=None) -> ValueNorm:
@@ -136,8 +204,12 @@ class NormalizedValueNet(nn.Module):
     values do not move when the statistics do.
     """
 
-    def __init__(self, net: nn.Module, norms: Mapping[str, ValueNorm],
-                 output_layers: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        net: nn.Module,
+        norms: Mapping[str, ValueNorm],
+        output_layers: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
         super().__init__()
         self.net = net
         self.norms = nn.ModuleDict(dict(norms))
@@ -215,8 +287,10 @@ def output_layer(net: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     out = getattr(net, "output_layer", None)
     if isinstance(out, nn.Linear):
         return out.weight, out.bias
-    raise ValueError(f"loss.value_norm=popart rescales the critic's output layer, and {type(net).__name__} "
-                     "has none it can find (expected one of our MLPs, or an `output_layer` nn.Linear)")
+    raise ValueError(
+        f"loss.value_norm=popart rescales the critic's output layer, and {type(net).__name__} "
+        "has none it can find (expected one of our MLPs, or an `output_layer` nn.Linear)"
+    )
 
 
 def check_every_group_acts(reset_td, groups: Mapping[str, GroupSpec]) -> None:
@@ -226,8 +300,13 @@ def check_every_group_acts(reset_td, groups: Mapping[str, GroupSpec]) -> None:
     in a turn-based game only the player to move has a meaningful observation and its opponent's
     entries are padding. Read from the agents' ``mask`` after a reset.
     """
-    idle = [g for g, s in groups.items() if s.keys.mask is not None and s.keys.mask in reset_td.keys(True)
-            and not bool(reset_td.get(s.keys.mask).all())]
+    idle = [
+        g
+        for g, s in groups.items()
+        if s.keys.mask is not None and s.keys.mask in reset_td.keys(True) and not bool(reset_td.get(s.keys.mask).all())
+    ]
     if idle:
-        raise ValueError(f"model.critic=global needs every group to act at every step, but group(s) {idle} do not "
-                         "act after a reset (a turn-based game); use model.critic=group")
+        raise ValueError(
+            f"model.critic=global needs every group to act at every step, but group(s) {idle} do not "
+            "act after a reset (a turn-based game); use model.critic=group"
+        )

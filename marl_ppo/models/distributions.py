@@ -21,6 +21,7 @@ Written here because torchrl has no such form:
 * :class:`MultiCategorical` -- independent categoricals over several discrete dimensions (VMAS
   ``multidiscrete_actions=True``), one joint log-prob per agent.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,11 +38,13 @@ from torchrl.data import (
     Bounded,
     Categorical,
     Composite,
-    MultiCategorical as MultiCategoricalSpec,
     MultiOneHot,
     OneHot,
     TensorSpec,
     Unbounded,
+)
+from torchrl.data import (
+    MultiCategorical as MultiCategoricalSpec,
 )
 from torchrl.modules.distributions import (
     IndependentNormal,
@@ -81,7 +84,7 @@ class StableTanhNormal(TanhNormal):
     ``H[Y] = H[X] + log s + E[log(1 - tanh(X)^2)]``; the expectation is a 16-point
     Gauss-Hermite quadrature, exact for polynomials of degree 31; against a dense float64 integral
     it is within 1e-5 at the scales policies use (<= 0.3), 5e-4 at scale 1 and 0.1 at scale 3
-    (``tests/test_distributions.py``). Summed over the event dims like ``log_prob``.
+    (``tests/models/test_distributions.py``). Summed over the event dims like ``log_prob``.
 
     ``affine``: whether the bounds differ from -1..1, given by :func:`action_heads`, which checks
     ``high > low`` once, on the host, when it reads the action spec. torchrl's ``TanhNormal``
@@ -96,12 +99,30 @@ class StableTanhNormal(TanhNormal):
     (torch.Size([4]), True)
     """
 
-    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, upscale: torch.Tensor | float = 5.0,
-                 low: torch.Tensor | float = -1.0, high: torch.Tensor | float = 1.0, event_dims: int | None = None,
-                 tanh_loc: bool = False, safe_tanh: bool = True, *, affine: bool | None = None) -> None:
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        upscale: torch.Tensor | float = 5.0,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        event_dims: int | None = None,
+        tanh_loc: bool = False,
+        safe_tanh: bool = True,
+        *,
+        affine: bool | None = None,
+    ) -> None:
         if affine is None or tanh_loc or not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):
-            super().__init__(loc, scale, upscale=upscale, low=low, high=high, event_dims=event_dims,
-                             tanh_loc=tanh_loc, safe_tanh=safe_tanh)
+            super().__init__(
+                loc,
+                scale,
+                upscale=upscale,
+                low=low,
+                high=high,
+                event_dims=event_dims,
+                tanh_loc=tanh_loc,
+                safe_tanh=safe_tanh,
+            )
             return
         # torchrl 0.14.1's TanhNormal.__init__ from its checks on: the bounds on loc's device,
         # the safe tanh, then the affine map to the bounds when they are not -1..1
@@ -228,8 +249,9 @@ def _leaf_head(name: tuple[str, ...], spec: TensorSpec, masked: bool) -> Head:
         dim = spec.shape[-1]
         # checked here, once, on the host: the distribution then never reads its bounds (see StableTanhNormal)
         if not bool((high > low).all()):
-            raise ValueError(f"{where}: the action spec's high {high.tolist()} must exceed its low {low.tolist()} "
-                             "in every dimension")
+            raise ValueError(
+                f"{where}: the action spec's high {high.tolist()} must exceed its low {low.tolist()} in every dimension"
+            )
         affine = bool((high != 1.0).any() or (low != -1.0).any())
         return Head(name, 2 * dim, StableTanhNormal, {"low": low, "high": high, "affine": affine}, ("loc", "scale"))
     if isinstance(spec, Unbounded) and spec.domain == "continuous":
@@ -275,4 +297,3 @@ def action_heads(group: GroupSpec) -> list[Head]:
         key = (key,) if isinstance(key, str) else tuple(key)
         heads.append(_leaf_head(key, spec[key], masked=False))
     return heads
-

@@ -4,6 +4,7 @@ With parameter sharing, our :class:`SharedAgentMLP` (a plain ``nn.Sequential``);
 torchrl's ``MultiAgentMLP`` (one set of weights per agent). ``centralized=True`` reads all the
 group's observations (MAPPO's critic).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -39,8 +40,17 @@ class SharedAgentMLP(nn.Module):
     (torch.Size([5, 3, 1]), True)
     """
 
-    def __init__(self, n_agent_inputs: int, n_agent_outputs: int, n_agents: int, *, centralized: bool,
-                 hidden: Sequence[int], activation_class: type[nn.Module], device=None) -> None:
+    def __init__(
+        self,
+        n_agent_inputs: int,
+        n_agent_outputs: int,
+        n_agents: int,
+        *,
+        centralized: bool,
+        hidden: Sequence[int],
+        activation_class: type[nn.Module],
+        device=None,
+    ) -> None:
         super().__init__()
         self.n_agents, self.centralized = n_agents, centralized
         layers, last = [], n_agent_inputs * (n_agents if centralized else 1)
@@ -58,19 +68,31 @@ class SharedAgentMLP(nn.Module):
         return out.expand(*out.shape[:-2], self.n_agents, out.shape[-1])
 
 
-
-
 def agent_mlp(
-    group: GroupSpec, n_out: int, *, centralized: bool, share_params: bool,
-    hidden: Sequence[int], activation: str, device: torch.device | str | None, n_inputs: int | None = None,
+    group: GroupSpec,
+    n_out: int,
+    *,
+    centralized: bool,
+    share_params: bool,
+    hidden: Sequence[int],
+    activation: str,
+    device: torch.device | str | None,
+    n_inputs: int | None = None,
 ) -> nn.Module:
     """An MLP over the group's agents; ``n_inputs`` per agent (default: the observation size)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
     obs_dim = observation_dim(group) if n_inputs is None else n_inputs
     if share_params:
-        return SharedAgentMLP(obs_dim, n_out, group.n_agents, centralized=centralized, hidden=hidden,
-                              activation_class=ACTIVATIONS[activation], device=device)
+        return SharedAgentMLP(
+            obs_dim,
+            n_out,
+            group.n_agents,
+            centralized=centralized,
+            hidden=hidden,
+            activation_class=ACTIVATIONS[activation],
+            device=device,
+        )
     return MultiAgentMLP(
         n_agent_inputs=obs_dim,
         n_agent_outputs=n_out,
@@ -95,4 +117,3 @@ def observation_dim(group: GroupSpec) -> int:
             f"group {group.name!r}: observation shape {group.observation_shape} is not [n_agents, obs_dim]"
         )
     return group.observation_shape[-1]
-

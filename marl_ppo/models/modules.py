@@ -1,4 +1,5 @@
 """Small tensordict plumbing shared by the actors and critics."""
+
 from __future__ import annotations
 
 import weakref
@@ -23,15 +24,17 @@ class TensorOutModule(TensorDictModule):
 
     def _write_to_tensordict(self, tensordict, tensors, tensordict_out=None, out_keys=None):
         out_keys = self.out_keys_source if out_keys is None else out_keys
-        if (tensordict_out is not None or self.inplace is not True or len(tensors) != len(out_keys)
-                or not all(type(t) is torch.Tensor or isinstance(t, nn.Parameter) for t in tensors)):
+        if (
+            tensordict_out is not None
+            or self.inplace is not True
+            or len(tensors) != len(out_keys)
+            or not all(type(t) is torch.Tensor or isinstance(t, nn.Parameter) for t in tensors)
+        ):
             return super()._write_to_tensordict(tensordict, tensors, tensordict_out, out_keys)
         for key, tensor in zip(out_keys, tensors):
             if key != "_":
                 tensordict.set(key, tensor)
         return tensordict
-
-
 
 
 # The agent MLP each actor/critic built here runs, by module: kept beside the modules, not set on

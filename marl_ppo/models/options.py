@@ -7,6 +7,7 @@
 >>> ModelConfig(kind="gru", groups={"adversary": {"kind": "mlp"}}).for_group("adversary").kind
 'mlp'
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,19 +61,29 @@ class ModelConfig:
         choice("model.critic", self.critic, ("group", "global"))
         at_least("model.seq_len", self.seq_len, 1)
         if self.critic == "global" and self.critic_kind not in (None, "mlp"):
-            raise ConfigError(f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
-                              "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group")
+            raise ConfigError(
+                f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
+                "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group"
+            )
         for group, override in self.groups.items():
             if not isinstance(override, dict):
-                raise ConfigError(f"model.groups.{group} must be a mapping of overrides such as {{kind: gru}}, "
-                                  f"got {override!r}")
+                raise ConfigError(
+                    f"model.groups.{group} must be a mapping of overrides such as {{kind: gru}}, got {override!r}"
+                )
             unknown = sorted(set(override) - set(self.OVERRIDABLE))
             if unknown:
-                raise ConfigError(f"model.groups.{group}: unknown key(s) {unknown}; a group may override "
-                                  f"{list(self.OVERRIDABLE)}")
+                raise ConfigError(
+                    f"model.groups.{group}: unknown key(s) {unknown}; a group may override {list(self.OVERRIDABLE)}"
+                )
             merged = {k: override.get(k, getattr(self, k)) for k in self.OVERRIDABLE}
-            _check_model_options(f"model.groups.{group}", merged["kind"], merged["critic_kind"],
-                                 list(merged["hidden"]), merged["activation"], merged["rnn_hidden"])
+            _check_model_options(
+                f"model.groups.{group}",
+                merged["kind"],
+                merged["critic_kind"],
+                list(merged["hidden"]),
+                merged["activation"],
+                merged["rnn_hidden"],
+            )
 
     def for_group(self, group: str) -> "ModelConfig":
         """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
@@ -94,8 +105,9 @@ class ModelConfig:
         return any(MODEL_KINDS[k].recurrent for k in kinds)
 
 
-def _check_model_options(where: str, kind: str, critic_kind: str | None, hidden: list, activation: str,
-                         rnn_hidden: int) -> None:
+def _check_model_options(
+    where: str, kind: str, critic_kind: str | None, hidden: list, activation: str, rnn_hidden: int
+) -> None:
     choice(f"{where}.kind", kind, tuple(MODEL_KINDS))
     if critic_kind is not None:
         choice(f"{where}.critic_kind", critic_kind, tuple(MODEL_KINDS))

@@ -16,6 +16,7 @@ Two modes, as torchrl's (``set_recurrent_mode``):
   stored at its first step, restarts from zero at every ``is_init`` inside it, and gradients flow
   through time inside the chunk.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,8 +47,19 @@ class MultiAgentRNN(TensorDictModuleBase):
     (torch.Size([5, 3, 8]), torch.Size([5, 3, 1, 8]))
     """
 
-    def __init__(self, kind: str, input_size: int, hidden_size: int, *, n_agents: int, in_key, out_key,
-                 state_prefix: tuple[str, str], share_params: bool = True, device=None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        input_size: int,
+        hidden_size: int,
+        *,
+        n_agents: int,
+        in_key,
+        out_key,
+        state_prefix: tuple[str, str],
+        share_params: bool = True,
+        device=None,
+    ) -> None:
         super().__init__()
         if kind not in ("gru", "lstm"):
             raise ValueError(f"unknown recurrent kind {kind!r}; use 'gru' or 'lstm'")
@@ -62,8 +74,13 @@ class MultiAgentRNN(TensorDictModuleBase):
         cls = GRUModule if kind == "gru" else LSTMModule
         inner_out = ["y", *[("next", s) for s in self._inner_states]]
         self.cells = nn.ModuleList(
-            cls(input_size=input_size, hidden_size=hidden_size, in_keys=["x", *self._inner_states, "is_init"],
-                out_keys=inner_out, device=device)
+            cls(
+                input_size=input_size,
+                hidden_size=hidden_size,
+                in_keys=["x", *self._inner_states, "is_init"],
+                out_keys=inner_out,
+                device=device,
+            )
             for _ in range(1 if share_params else n_agents)
         )
 
@@ -111,9 +128,18 @@ class MultiAgentRNN(TensorDictModuleBase):
         return td
 
 
-def recurrent_trunk(group: GroupSpec, *, kind: str, role: str, hidden: Sequence[int], activation: str,
-                    rnn_hidden: int, share_params: bool, centralized: bool = False,
-                    device=None) -> tuple[TensorDictSequential, tuple]:
+def recurrent_trunk(
+    group: GroupSpec,
+    *,
+    kind: str,
+    role: str,
+    hidden: Sequence[int],
+    activation: str,
+    rnn_hidden: int,
+    share_params: bool,
+    centralized: bool = False,
+    device=None,
+) -> tuple[TensorDictSequential, tuple]:
     """An MLP over each agent's observation (``hidden``, activated), then the GRU/LSTM.
 
     Returns the trunk and the key of its output ``[*B, n_agents, rnn_hidden]``; ``role``
@@ -122,12 +148,29 @@ def recurrent_trunk(group: GroupSpec, *, kind: str, role: str, hidden: Sequence[
     """
     g = group.name
     features, out = (g, f"{role}_features"), (g, f"{role}_rnn_out")
-    mlp = agent_mlp(group, hidden[-1], centralized=centralized, share_params=share_params, hidden=hidden[:-1],
-                    activation=activation, device=device)
-    encoder = TensorOutModule(nn.Sequential(mlp, ACTIVATIONS[activation]()), in_keys=[group.observation_keys[0]],
-                              out_keys=[features])
-    rnn = MultiAgentRNN(kind, hidden[-1], rnn_hidden, n_agents=group.n_agents, in_key=features, out_key=out,
-                        state_prefix=(g, role), share_params=share_params, device=device)
+    mlp = agent_mlp(
+        group,
+        hidden[-1],
+        centralized=centralized,
+        share_params=share_params,
+        hidden=hidden[:-1],
+        activation=activation,
+        device=device,
+    )
+    encoder = TensorOutModule(
+        nn.Sequential(mlp, ACTIVATIONS[activation]()), in_keys=[group.observation_keys[0]], out_keys=[features]
+    )
+    rnn = MultiAgentRNN(
+        kind,
+        hidden[-1],
+        rnn_hidden,
+        n_agents=group.n_agents,
+        in_key=features,
+        out_key=out,
+        state_prefix=(g, role),
+        share_params=share_params,
+        device=device,
+    )
     return TensorDictSequential(encoder, rnn), out
 
 

@@ -17,6 +17,7 @@ function and one line here:
 >>> sorted(MODEL_KINDS), MODEL_KINDS["gru"].recurrent, MODEL_KINDS["mlp"].bundleable
 (['gru', 'lstm', 'mlp'], True, True)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

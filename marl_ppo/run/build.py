@@ -10,13 +10,14 @@ under it take the plain arguments :func:`build` reads out of it.
 >>> list(parts.groups), type(parts.router).__name__
 (['agents'], 'GroupRouter')
 """
+
 from __future__ import annotations
 
 import functools
 import random
 import warnings
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,17 @@ from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.run.checkpoints import load_checkpoint
 
-__all__ = ["Parts", "build", "train_state", "build_collector", "worker_env_fns", "load_policy", "seed_everything", "record_factory",
-           "WORKER_SEED_STRIDE"]
+__all__ = [
+    "Parts",
+    "build",
+    "train_state",
+    "build_collector",
+    "worker_env_fns",
+    "load_policy",
+    "seed_everything",
+    "record_factory",
+    "WORKER_SEED_STRIDE",
+]
 
 WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (worker 0: the direct run's seed)
 
@@ -102,10 +112,10 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     unknown = set(cfg.loss.group_weights) - set(groups)
     if unknown:
         raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(groups)}")
-    step = AggregatedStep(router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm,
-                          weights=cfg.loss.group_weights)
+    step = AggregatedStep(
+        router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
+    )
     return Parts(env, groups, bound, router, step)
-
 
 
 def train_state(cfg: Config, parts: Parts) -> TrainState:
@@ -129,9 +139,12 @@ def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]
     ``state``: the policy's recurrent state entries (:func:`~marl_ppo.models.recurrent.state_spec`).
     """
     n = cfg.train.collector.num_collectors  # Config checked that it divides env.num_envs
-    return [functools.partial(_make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE,
-                              cfg.env.num_envs // n, state)
-            for i in range(n)]
+    return [
+        functools.partial(
+            _make_worker_env, cfg.env, cfg.train.seed + i * WORKER_SEED_STRIDE, cfg.env.num_envs // n, state
+        )
+        for i in range(n)
+    ]
 
 
 def build_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int, lean: bool = True) -> BatchCollector:
@@ -139,12 +152,21 @@ def build_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int
     ``direct``, a seeded share of ``env.num_envs`` per worker otherwise."""
     backend = cfg.train.collector.backend
     env_fns = worker_env_fns(cfg, state_spec(policy)) if backend != "direct" else ()
-    return make_collector(env, policy, frames_per_batch=cfg.train.frames_per_batch, total_frames=total_frames,
-                          device=cfg.train.device, backend=backend, env_fns=env_fns, lean=lean)
+    return make_collector(
+        env,
+        policy,
+        frames_per_batch=cfg.train.frames_per_batch,
+        total_frames=total_frames,
+        device=cfg.train.device,
+        backend=backend,
+        env_fns=env_fns,
+        lean=lean,
+    )
 
 
-def load_policy(run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None,
-                env_fn: EnvFactory | None = None):
+def load_policy(
+    run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None, env_fn: EnvFactory | None = None
+):
     """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
 
     ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);

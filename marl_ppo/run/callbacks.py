@@ -18,7 +18,8 @@ trainer first. Per iteration, in this order:
 ``trainer.run_dir`` are there to read; ``trainer.stop()`` ends the run after the current
 iteration as if it had reached ``train.total_frames`` (early stopping). A callback that raises
 stops the run: the error names the callback and the hook (:class:`CallbackError`), ``error.txt``
-holds it, and the last checkpoint is kept. Callbacks should not draw from the global RNGs if a run is to stay reproducible.
+holds it, and the last checkpoint is kept. Callbacks should not draw from the global RNGs if a run is
+to stay reproducible.
 
 >>> class Printer(Callback):
 ...     def on_update_end(self, trainer, stats):
@@ -26,6 +27,7 @@ holds it, and the last checkpoint is kept. Callbacks should not draw from the gl
 >>> Callbacks([Printer()]).names
 ['Printer']
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -18,6 +18,7 @@ renamed over ``NAME``: a crash leaves either the old file or the new one, never 
 >>> load_checkpoint(path)["iteration"]
 3
 """
+
 from __future__ import annotations
 
 import copy
@@ -120,8 +121,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_first_line(err)}") from None
     except Exception as err:  # noqa: BLE001 -- damaged bytes make the unpickler raise nearly anything
         # (IndexError, KeyError, TypeError, ... besides RuntimeError/EOFError/BadZipFile/ValueError)
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupt: {type(err).__name__}: "
-                              f"{_first_line(err)}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or corrupt: {type(err).__name__}: {_first_line(err)}"
+        ) from None
     if not isinstance(state, dict) or "router" not in state or "iteration" not in state:
         raise CheckpointError(f"{path} is not a marl_ppo checkpoint (no 'router' and 'iteration' entries)")
     rng = state.get("rng")
@@ -144,8 +146,13 @@ def _first_line(err: BaseException) -> str:
 
 def _numpy_state_to_plain(state: tuple) -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = state
-    return {"name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    return {
+        "name": str(name),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
 
 
 def rng_state() -> dict[str, Any]:
@@ -165,8 +172,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     npy = state["numpy"]
-    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
-                         npy["cached_gaussian"]))
+    np.random.set_state(
+        (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["cached_gaussian"])
+    )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
 
@@ -212,8 +220,11 @@ _ITER = re.compile(r"iter_(\d+)\.pt$")
 def checkpoint_candidates(ckpt_dir: Path) -> list[Path]:
     """``last.pt`` and the ``iter_*.pt`` files, newest iteration first (``last.pt`` first on a tie)."""
     ckpt_dir = Path(ckpt_dir)
-    iters = sorted((p for p in ckpt_dir.glob("iter_*.pt") if _ITER.search(p.name)),
-                   key=lambda p: int(_ITER.search(p.name).group(1)), reverse=True)
+    iters = sorted(
+        (p for p in ckpt_dir.glob("iter_*.pt") if _ITER.search(p.name)),
+        key=lambda p: int(_ITER.search(p.name).group(1)),
+        reverse=True,
+    )
     last = ckpt_dir / "last.pt"
     return ([last] if last.exists() else []) + iters
 

@@ -1,11 +1,13 @@
-"""A run's directory: its name, and the rule that a new run never writes into another run's."""
+"""A run's directory: its name, the rule that a new run never writes into another run's, and its notes."""
+
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from marl_ppo.config import Config
 
-__all__ = ["run_directory"]
+__all__ = ["run_directory", "record_collector"]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
@@ -28,3 +30,13 @@ def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def record_collector(run_dir: Path, collector) -> str:
+    """The collector a run got, as one line in its notes (``run.log``), with the reason the lean VMAS
+    path declined where it did; returns the line's text (``summary.json`` keeps it too)."""
+    declined = getattr(collector, "declined", None)
+    text = collector.description + (f"; the lean VMAS collector declined: {declined}" if declined else "")
+    with open(Path(run_dir) / "run.log", "a") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} collector: {text}\n")
+    return text

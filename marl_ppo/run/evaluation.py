@@ -17,6 +17,7 @@ figure everywhere. One seed rule: the evaluation envs are built and reseeded fro
 >>> result.episodes, sorted(result.returns), len(result.per_episode["agents"])
 (7, ['agents'], 7)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -52,8 +53,15 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: EnvBase, max_steps: int,
-             groups: Sequence[str], *, episodes: int, callback: Callable | None = None) -> EvalResult:
+def evaluate(
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    env: EnvBase,
+    max_steps: int,
+    groups: Sequence[str],
+    *,
+    episodes: int,
+    callback: Callable | None = None,
+) -> EvalResult:
     """Runs ``policy`` (``None``: random actions) deterministically until ``episodes`` episodes ended.
 
     Stops after ``(episodes per copy + 1) * max_steps`` steps at most (an env whose episodes never
@@ -91,8 +99,9 @@ def evaluate(policy: Callable[[TensorDictBase], TensorDictBase] | None, env: Env
             td = td_next
     if n == 0:  # no episode ended: report the return so far
         return EvalResult({g: nxt.get(keys[g]).mean().item() for g in groups}, 0)
-    return EvalResult({g: (totals[g] / n).item() for g in groups}, n,
-                      {g: torch.cat(counted[g]).tolist() for g in groups})
+    return EvalResult(
+        {g: (totals[g] / n).item() for g in groups}, n, {g: torch.cat(counted[g]).tolist() for g in groups}
+    )
 
 
 class Evaluator:
@@ -105,8 +114,9 @@ class Evaluator:
     the env instead of ``cfg.env`` (a notebook's factory).
     """
 
-    def __init__(self, cfg: Config, policy, groups: Sequence[str], *, episodes: int,
-                 env_fn: EnvFactory | None = None) -> None:
+    def __init__(
+        self, cfg: Config, policy, groups: Sequence[str], *, episodes: int, env_fn: EnvFactory | None = None
+    ) -> None:
         self.cfg, self.policy, self.groups, self.episodes, self.env_fn = cfg, policy, list(groups), episodes, env_fn
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
@@ -120,8 +130,9 @@ class Evaluator:
                 # on the policy's device, as the collector puts the training env
                 self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
             self.env.set_seed(self.seed)
-            return evaluate(self.policy, self.env, cfg.env.max_steps, self.groups, episodes=self.episodes,
-                            callback=callback)
+            return evaluate(
+                self.policy, self.env, cfg.env.max_steps, self.groups, episodes=self.episodes, callback=callback
+            )
 
     def close(self) -> None:
         """Closes the evaluation envs (worker processes of ``env.parallel=true`` end here)."""

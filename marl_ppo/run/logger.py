@@ -5,6 +5,7 @@ CSV scalars land in ``<run_dir>/logs/scalars/<metric>.csv`` as ``frames,value`` 
 what was logged after its checkpoint's step (:func:`truncate_scalars`; TensorBoard through
 ``purge_step``), so that each step appears once, with the values of the run that continued.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,7 @@ class Progress:
     """
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.bar = tqdm(total=total, initial=initial, unit="frames", disable=not enabled,
-                        dynamic_ncols=True)
+        self.bar = tqdm(total=total, initial=initial, unit="frames", disable=not enabled, dynamic_ncols=True)
 
     def update(self, frames: int, returns: dict[str, float | None]) -> None:
         self.bar.set_postfix({g: f"{r:.3f}" for g, r in returns.items() if r is not None}, refresh=False)
@@ -45,8 +45,15 @@ class Progress:
 class RunLogger:
     """Sends metrics to every configured torchrl logger; writes ``error.txt`` when a run fails."""
 
-    def __init__(self, run_dir: Path, log: "LogConfig | list[str]", exp_name: str, *, resume_step: int | None = None,
-                 config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        log: "LogConfig | list[str]",
+        exp_name: str,
+        *,
+        resume_step: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         """``log``: the run's :class:`~marl_ppo.config.LogConfig` (or just the logger names);
         ``resume_step``: a resumed run's checkpoint step (what was logged after it is dropped
         first); ``config``: the resolved config, sent to each logger as its hyper-parameters."""
@@ -88,7 +95,9 @@ class RunLogger:
                 for name, value in metrics.items():
                     logger.log_scalar(name, value, step=step)
         except OSError as err:  # torchrl's loggers name no file
-            raise OSError(err.errno, f"cannot write the run's logs under {self.run_dir / 'logs'}: {err.strerror}") from err
+            raise OSError(
+                err.errno, f"cannot write the run's logs under {self.run_dir / 'logs'}: {err.strerror}"
+            ) from err
 
     def log_file(self, name: str, path: Path, step: int) -> None:
         """An evaluation GIF or a plot PNG to every logger that shows media (see :mod:`marl_ppo.run.media`)."""
@@ -105,8 +114,11 @@ class RunLogger:
         try:
             (self.run_dir / "error.txt").write_text(text)
         except OSError as write_err:
-            print(f"marl-ppo: could not write {self.run_dir / 'error.txt'} ({write_err.strerror}); the error was:\n{text}",
-                  file=sys.stderr)
+            print(
+                f"marl-ppo: could not write {self.run_dir / 'error.txt'} ({write_err.strerror}); "
+                f"the error was:\n{text}",
+                file=sys.stderr,
+            )
 
     def close(self) -> None:
         """Flushes and closes every logger's files (safe to call twice)."""
@@ -133,8 +145,17 @@ def _wandb(run_dir: Path, cfg: "WandbConfig", exp_name: str):
 
     id_file = run_dir / "wandb" / "run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else None
-    logger = WandbLogger(exp_name, save_dir=str(run_dir), id=run_id, project=cfg.project, entity=cfg.entity,
-                         group=cfg.group, tags=list(cfg.tags), mode=cfg.mode, log_env_packages=False)
+    logger = WandbLogger(
+        exp_name,
+        save_dir=str(run_dir),
+        id=run_id,
+        project=cfg.project,
+        entity=cfg.entity,
+        group=cfg.group,
+        tags=list(cfg.tags),
+        mode=cfg.mode,
+        log_env_packages=False,
+    )
     run_id = getattr(logger.experiment, "id", None)
     if run_id:
         id_file.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ csv           ``config.yaml``        ``videos/`` on disk     ``plots/`` on disk 
 >>> flatten({"train": {"lr": 0.001, "hidden": [64, 64]}, "name": None})
 {'train.lr': 0.001, 'train.hidden': '[64, 64]', 'name': 'None'}
 """
+
 from __future__ import annotations
 
 import io

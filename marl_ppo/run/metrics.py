@@ -3,6 +3,7 @@
 Metric names are namespaced as ``docs/metrics.md`` lists them: ``train/<group>/...``,
 ``collect/<group>/episode_reward`` and ``collect/<group>/train_reward``, ``time/...``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +29,16 @@ def episode_returns(batch: TensorDictBase, groups: Sequence[str]) -> dict[str, f
     return out
 
 
-def iteration_metrics(batch: TensorDictBase, stats: TensorDictBase, returns: dict[str, float], router: GroupRouter,
-                      *, t_collect: float, t_update: float, iteration: int) -> dict[str, float]:
+def iteration_metrics(
+    batch: TensorDictBase,
+    stats: TensorDictBase,
+    returns: dict[str, float],
+    router: GroupRouter,
+    *,
+    t_collect: float,
+    t_update: float,
+    iteration: int,
+) -> dict[str, float]:
     """One iteration's metrics: the update's ``stats``, the collected ``returns`` and training
     rewards, each head's entropy coefficient, and the timings."""
     metrics: dict[str, float] = {}

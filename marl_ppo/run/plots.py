@@ -10,6 +10,7 @@
 * ``metrics.png`` with ``metrics=[...]``: the chosen metrics, by name or glob pattern
   (``train/agents/loss_critic``, ``train/*/move/entropy``), one panel each.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -78,12 +79,27 @@ def plot_runs(run_dirs: list[str | Path], out_dir: str | Path, metrics: list[str
     written = []
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _panel(axes[0], _curves(runs, "collect/*/episode_reward"), "raw env return per episode",
-           "collection: the env's raw return", ("collect/", "/episode_reward"))
-    if not _panel(axes[1], _curves(runs, "eval/*/episode_reward"), "raw env return per episode",
-                  "evaluation: raw return, deterministic actions", ("eval/", "/episode_reward")):
-        _panel(axes[1], _curves(runs, "collect/*/train_reward"), "routed training reward per step",
-               "training reward (reward table)", ("collect/", "/train_reward"))
+    _panel(
+        axes[0],
+        _curves(runs, "collect/*/episode_reward"),
+        "raw env return per episode",
+        "collection: the env's raw return",
+        ("collect/", "/episode_reward"),
+    )
+    if not _panel(
+        axes[1],
+        _curves(runs, "eval/*/episode_reward"),
+        "raw env return per episode",
+        "evaluation: raw return, deterministic actions",
+        ("eval/", "/episode_reward"),
+    ):
+        _panel(
+            axes[1],
+            _curves(runs, "collect/*/train_reward"),
+            "routed training reward per step",
+            "training reward (reward table)",
+            ("collect/", "/train_reward"),
+        )
     written.append(_save(fig, out_dir / "returns.png"))
 
     panels = [(leaf, label, _curves(runs, f"train/*/{leaf}")) for leaf, label in DIAGNOSTICS]

@@ -5,6 +5,7 @@
 :class:`~marl_ppo.core.state.TrainState`; :func:`write_resume_log` records what happened in
 ``resume.log`` and on stderr (see ``docs/runs.md``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,9 +19,9 @@ from torch import nn
 from marl_ppo.config import Config
 from marl_ppo.core.router import LEGACY_STATE_PREFIXES
 from marl_ppo.core.state import TrainState
-from marl_ppo.run.checkpoints import choose_checkpoint
+from marl_ppo.run.checkpoints import choose_checkpoint, set_rng_state
 
-__all__ = ["ResumePoint", "resume_point", "network_mismatch", "write_resume_log"]
+__all__ = ["ResumePoint", "resume_point", "network_mismatch", "write_resume_log", "restart_episodes"]
 
 
 @dataclass
@@ -37,8 +38,10 @@ def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
     theirs = {k: v for k, v in state["router"].items() if not k.startswith(LEGACY_STATE_PREFIXES)}
     missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
     if missing or extra:
-        return (f"its networks do not match this run's ({len(missing)} parameters missing, e.g. "
-                f"{missing[:1]}; {len(extra)} unexpected, e.g. {extra[:1]}): written by another config?")
+        return (
+            f"its networks do not match this run's ({len(missing)} parameters missing, e.g. "
+            f"{missing[:1]}; {len(extra)} unexpected, e.g. {extra[:1]}): written by another config?"
+        )
     for k, v in own.items():
         if tuple(theirs[k].shape) != tuple(v.shape):
             return f"parameter {k!r} has shape {tuple(theirs[k].shape)} there, {tuple(v.shape)} in this run"
@@ -100,3 +103,20 @@ def write_resume_log(run_dir: Path, notes: list[str], iteration: int) -> list[st
     for note in notes:
         print(f"marl-ppo resume: {note}", file=sys.stderr)
     return notes
+
+
+def restart_episodes(collector, rng: dict[str, Any], seed: int) -> bool:
+    """Reseeds the training envs from ``seed`` and resets them, then restores ``rng``; ``False`` where the
+    collector cannot restart its envs (torchrl's ``RayCollector``).
+
+    Done at every periodic checkpoint of a run (``seed``: ``train.seed`` + the iteration) and when a
+    run resumes from one, so that the resumed run sees the same envs and random streams as the
+    uninterrupted run. The envs' own streams come from the seed (VMAS keeps one for all its envs,
+    PettingZoo one per env); the global torch/numpy/python states are the checkpoint's. With worker
+    collectors (``train.collector.backend`` ``process``/``ray``) the workers' own random streams are
+    not in the checkpoint: a resumed run is then not bit-exact (its resume notes say so).
+    """
+    set_rng_state(rng)  # an env drawing its resets from the global RNG draws the same in both runs
+    restarted = collector.restart(seed)
+    set_rng_state(rng)
+    return restarted

@@ -14,6 +14,7 @@ thread) signals keep their previous behaviour.
 ...     stop.requested
 'SIGTERM'
 """
+
 from __future__ import annotations
 
 import signal

@@ -12,6 +12,7 @@ Reads top to bottom: :func:`~marl_ppo.run.build.build` wires the parts from a :c
 >>> summary["iteration"], summary["frames"]
 (2, 80)
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,12 +31,12 @@ from marl_ppo.core.update import StopRequested, TrainingError, ppo_update
 from marl_ppo.envs import EnvFactory
 from marl_ppo.run.build import build, build_collector, record_factory, train_state
 from marl_ppo.run.callbacks import Callbacks
-from marl_ppo.run.checkpoints import rng_state, set_rng_state, write_checkpoint
-from marl_ppo.run.directory import run_directory
+from marl_ppo.run.checkpoints import rng_state, write_checkpoint
+from marl_ppo.run.directory import record_collector, run_directory
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
-from marl_ppo.run.resume import resume_point, write_resume_log
+from marl_ppo.run.resume import restart_episodes, resume_point, write_resume_log
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 from marl_ppo.run.video import FrameRecorder
 
@@ -61,8 +62,15 @@ class Trainer:
     Everything the run changes as it trains is :attr:`state` (:class:`~marl_ppo.core.state.TrainState`).
     """
 
-    def __init__(self, cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
-                 env_fn: EnvFactory | None = None, callbacks: Sequence[object] = ()) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: str | Path | None = None,
+        *,
+        resume: bool = False,
+        env_fn: EnvFactory | None = None,
+        callbacks: Sequence[object] = (),
+    ) -> None:
         cfg = record_factory(cfg, env_fn)
         self.cfg, self.env_fn, self.callbacks = cfg, env_fn, Callbacks(callbacks)
         cfg.check_devices()
@@ -70,8 +78,9 @@ class Trainer:
         self.parts = build(cfg, env_fn=env_fn)  # a bad env, table or model fails before the run directory exists
         self.state = train_state(cfg, self.parts)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.evaluator = Evaluator(cfg, self.parts.router.policy, list(self.parts.groups),
-                                   episodes=cfg.log.eval_episodes, env_fn=env_fn)
+        self.evaluator = Evaluator(
+            cfg, self.parts.router.policy, list(self.parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn
+        )
         self._last_eval_iteration: int | None = None
         self._last_eval: dict[str, float] = {}
         self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
@@ -85,10 +94,12 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(self._config_yaml)
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
-        self.resume_notes = [] if not resume else write_resume_log(self.run_dir, self._resume.notes,
-                                                                   self.state.iteration)
-        self.logger = RunLogger(self.run_dir, cfg.log, cfg.run_name(), resume_step=self.frames if resume else None,
-                                config=to_container(cfg))
+        self.resume_notes = (
+            [] if not resume else write_resume_log(self.run_dir, self._resume.notes, self.state.iteration)
+        )
+        self.logger = RunLogger(
+            self.run_dir, cfg.log, cfg.run_name(), resume_step=self.frames if resume else None, config=to_container(cfg)
+        )
 
     @property
     def iteration(self) -> int:
@@ -116,7 +127,7 @@ class Trainer:
             self.close()
             return self._summary({})
         collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
-        self._record_collector(collector)
+        self.collector_used = record_collector(self.run_dir, collector)
         if self._resume is not None and self._resume.rng is not None:
             self._restart_episodes(collector, self._resume.rng)  # as the uninterrupted run did after this checkpoint
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
@@ -126,8 +137,12 @@ class Trainer:
                 for batch in collector:
                     if stop.requested:
                         raise StopRequested
-                    self._iterate(batch, time.perf_counter() - t0, should_stop=lambda: stop.requested is not None,
-                                  progress=progress)
+                    self._iterate(
+                        batch,
+                        time.perf_counter() - t0,
+                        should_stop=lambda: stop.requested is not None,
+                        progress=progress,
+                    )
                     collector.update_policy_weights_()
                     if stop.requested:
                         raise StopRequested
@@ -163,9 +178,16 @@ class Trainer:
         batch = parts.reward_table(batch)
         parts.router.compute_advantages(batch)
         self.callbacks("on_batch_collected", self, batch)
-        stats = ppo_update(parts.router, parts.step, batch, num_epochs=cfg.train.num_epochs,
-                           minibatch_size=cfg.train.minibatch_size, should_stop=should_stop,
-                           seq_len=cfg.model.seq_len, generator=state.generator)
+        stats = ppo_update(
+            parts.router,
+            parts.step,
+            batch,
+            num_epochs=cfg.train.num_epochs,
+            minibatch_size=cfg.train.minibatch_size,
+            should_stop=should_stop,
+            seq_len=cfg.model.seq_len,
+            generator=state.generator,
+        )
         lr = state.scheduler.get_last_lr()[0]  # the rate this update used
         state.scheduler.step()
         self._schedule_entropy()
@@ -173,8 +195,15 @@ class Trainer:
         state.iteration += 1
         state.frames += batch.numel()
         state.last_returns = episode_returns(batch, list(parts.groups)) or state.last_returns
-        metrics = iteration_metrics(batch, stats, state.last_returns, parts.router, t_collect=t_collect,
-                                    t_update=t_update, iteration=state.iteration)
+        metrics = iteration_metrics(
+            batch,
+            stats,
+            state.last_returns,
+            parts.router,
+            t_collect=t_collect,
+            t_update=t_update,
+            iteration=state.iteration,
+        )
         metrics["train/lr"] = lr
         if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
             metrics.update(self._evaluate())
@@ -235,14 +264,6 @@ class Trainer:
 
     # -- records ------------------------------------------------------------------------
 
-    def _record_collector(self, collector: BatchCollector) -> None:
-        """The collector this run got, in ``run.log`` and ``summary.json``; why the lean VMAS path declined."""
-        declined = getattr(collector, "declined", None)
-        self.collector_used = collector.description + (f"; the lean VMAS collector declined: {declined}"
-                                                       if declined else "")
-        with open(self.run_dir / "run.log", "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} collector: {self.collector_used}\n")
-
     def _summary(self, final: dict[str, float]) -> dict[str, Any]:
         summary = {"iteration": self.iteration, "frames": self.frames, "run_dir": str(self.run_dir), **final}
         if self.collector_used is not None:
@@ -275,21 +296,14 @@ class Trainer:
         self.callbacks("on_checkpoint", self, path)
 
     def _restart_episodes(self, collector: BatchCollector, rng: dict[str, Any]) -> None:
-        """Reseeds the training envs from the iteration and resets them, then restores ``rng``.
-
-        Done at every periodic checkpoint of a run and when a run resumes from one, so that the
-        resumed run sees the same envs and random streams as the uninterrupted run. The envs'
-        own streams come from the seed (VMAS keeps one for all its envs, PettingZoo one per env);
-        the global torch/numpy/python states are the checkpoint's. With worker collectors
-        (``train.collector.backend`` ``process``/``ray``) the workers' own random streams are not
-        in the checkpoint: a resumed run is then not bit-exact (its resume notes say so).
-        """
-        set_rng_state(rng)  # an env drawing its resets from the global RNG draws the same in both runs
-        if not collector.restart(self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
+        """The envs' episode boundary of a periodic checkpoint (:func:`~marl_ppo.run.resume.restart_episodes`)."""
+        if not restart_episodes(collector, rng, self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
             self._warned_unseeded = True
-            print("marl-ppo: this collector cannot restart its envs at checkpoints (torchrl's RayCollector): "
-                  "a resumed run will not repeat this one exactly", file=sys.stderr)
-        set_rng_state(rng)
+            print(
+                "marl-ppo: this collector cannot restart its envs at checkpoints (torchrl's RayCollector): "
+                "a resumed run will not repeat this one exactly",
+                file=sys.stderr,
+            )
 
     def _interrupted(self, signal_name: str) -> RunInterrupted:
         """Checkpoints the last completed iteration (rolling back a half-done update) after a signal."""
@@ -302,5 +316,6 @@ class Trainer:
             where = f"at iteration {self.iteration}, the checkpoint it had resumed from"
         else:
             where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
-        return RunInterrupted(signal_name, f"stopped by {signal_name} {where}; continue with "
-                                           f"marl-ppo train --resume {self.run_dir}")
+        return RunInterrupted(
+            signal_name, f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {self.run_dir}"
+        )

@@ -3,6 +3,7 @@
 VMAS renders each frame itself (``render(mode="rgb_array")``, headless); Pillow writes the GIF, so no
 video codec is needed. PettingZoo envs are not rendered here.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -65,13 +65,14 @@ kept, not run again (``--rerun`` forces it). At the end the suite writes:
 
 ``to_marl_eval`` also reads plain ``marl-ppo train`` run directories (names from ``config.yaml``).
 """
+
 # Everything importable from the former single module marl_ppo/suite.py stays importable here.
 from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, LOG_FILE, RESULT_FILE  # noqa: F401
 from marl_ppo.suite.cli import build_parser, main  # noqa: F401
+from marl_ppo.suite.jobs import RunResult, final_evaluation
 from marl_ppo.suite.marl_eval import run_to_marl_eval, to_marl_eval, validate_marl_eval, write_marl_eval
 from marl_ppo.suite.merge import merge_marl_eval, merge_suites
 from marl_ppo.suite.plot import confidence_band, plot_suite, suite_curves  # noqa: F401
-from marl_ppo.suite.jobs import RunResult, final_evaluation
 from marl_ppo.suite.runner import JSON_NAME, PLOT_NAME, SuiteResult, run_suite  # noqa: F401
 from marl_ppo.suite.spec import SUITE_KEYS, TASK_KEYS, Job, SlurmSpec, Suite, SuiteError, TaskSpec, plan  # noqa: F401
 

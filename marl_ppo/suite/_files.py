@@ -1,4 +1,5 @@
 """The files a suite writes into a run directory, and the atomic JSON write they share."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-JOB_FILE, RESULT_FILE, ABSOLUTE_FILE, LOG_FILE = "suite_job.json", "suite_result.json", "absolute_metrics.json", "worker.log"
+JOB_FILE, RESULT_FILE, ABSOLUTE_FILE, LOG_FILE = (
+    "suite_job.json",
+    "suite_result.json",
+    "absolute_metrics.json",
+    "worker.log",
+)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -15,4 +21,3 @@ def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, allow_nan=False))
     os.replace(tmp, path)
-

@@ -5,6 +5,7 @@
     marl-ppo suite SUITE.yaml [--launcher local|ray|slurm] [--ray-address ADDR] [--workers N] ...
     marl-ppo suite merge OUT1 OUT2 ... --out MERGED
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,19 +18,37 @@ from marl_ppo.suite.spec import Suite, SuiteError, plan
 
 
 def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run a benchmark suite (tasks x sweep variants x seeds) "
-                                "and write marl-eval JSON results and an aggregate plot. "
-                                f"'{prog} merge OUT1 OUT2 --out DIR' merges suites run apart.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a benchmark suite (tasks x sweep variants x seeds) "
+        "and write marl-eval JSON results and an aggregate plot. "
+        f"'{prog} merge OUT1 OUT2 --out DIR' merges suites run apart.",
+    )
     p.add_argument("suite", help="suite YAML file (see configs/suites/)")
-    p.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                   help="local: worker processes here; ray: one Ray task per run; slurm: a submitit job array")
-    p.add_argument("--ray-address", help="Ray cluster to run on (default: $RAY_ADDRESS, else a local cluster "
-                   "started and stopped by this command)")
-    p.add_argument("--workers", type=int, help="local launcher: processes at once (default: the suite's; "
-                   "1: sequential, in-process)")
+    p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local: worker processes here; ray: one Ray task per run; slurm: a submitit job array",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="Ray cluster to run on (default: $RAY_ADDRESS, else a local cluster started and stopped by this command)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="local launcher: processes at once (default: the suite's; 1: sequential, in-process)",
+    )
     p.add_argument("--out", help="output folder (default: the suite's 'out'; shared storage on a cluster)")
-    p.add_argument("--override", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help="config overrides for every run, applied last (e.g. train.total_frames=6000)")
+    p.add_argument(
+        "--override",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides for every run, applied last (e.g. train.total_frames=6000)",
+    )
     p.add_argument("--rerun", action="store_true", help="run again runs that finished before")
     p.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="confidence band of the plot")
     p.add_argument("--no-plot", action="store_true", help="skip the aggregate plot")
@@ -38,8 +57,11 @@ def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentPar
 
 
 def build_merge_parser(prog: str = "python -m marl_ppo.suite merge") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Merge suites run on different machines into one "
-                                "marl-eval JSON and plot; refuses runs present twice and mismatched tasks/variants.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Merge suites run on different machines into one "
+        "marl-eval JSON and plot; refuses runs present twice and mismatched tasks/variants.",
+    )
     p.add_argument("sources", nargs="+", help="suite output folders (or their marl_eval.json files)")
     p.add_argument("--out", required=True, help="folder for the merged marl_eval.json and returns.png")
     p.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="confidence band of the plot")
@@ -90,8 +112,16 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m marl_ppo.suit
             for job in plan(suite, out=args.out, overrides=args.override, remote=args.launcher != "local"):
                 print(f"{job.label:<48} {job.run_dir}")
             return 0
-        result = run_suite(suite, out=args.out, overrides=args.override, rerun=args.rerun,
-                           plot=not args.no_plot, ci=args.ci, launcher=args.launcher, ray_address=args.ray_address)
+        result = run_suite(
+            suite,
+            out=args.out,
+            overrides=args.override,
+            rerun=args.rerun,
+            plot=not args.no_plot,
+            ci=args.ci,
+            launcher=args.launcher,
+            ray_address=args.ray_address,
+        )
     except SuiteError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -101,8 +131,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m marl_ppo.suit
     return report(result)
 
 
-def multirun_suite(config: str | None, overrides: Sequence[str], *, out: str | None = None,
-                   workers: int = 1) -> Suite:
+def multirun_suite(config: str | None, overrides: Sequence[str], *, out: str | None = None, workers: int = 1) -> Suite:
     """``marl-ppo train -m CONFIG key=a,b ...`` as a one-task suite: ``key=a,b`` is swept
     (``train.seed=0,1,2`` gives the seeds), other overrides apply to every run.
 
@@ -131,8 +160,15 @@ def multirun_suite(config: str | None, overrides: Sequence[str], *, out: str | N
     return Suite(tasks=(task,), seeds=seeds, sweep=sweep, workers=workers, out=out, name="multirun")
 
 
-def multirun(config: str | None, overrides: Sequence[str], *, out: str | None = None, workers: int = 1,
-             launcher: str = "local", ray_address: str | None = None) -> int:
+def multirun(
+    config: str | None,
+    overrides: Sequence[str],
+    *,
+    out: str | None = None,
+    workers: int = 1,
+    launcher: str = "local",
+    ray_address: str | None = None,
+) -> int:
     """Runs :func:`multirun_suite`; prints the result table (exit code as :func:`main`'s)."""
     try:
         suite = multirun_suite(config, overrides, out=out, workers=workers)

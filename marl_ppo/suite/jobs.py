@@ -4,6 +4,7 @@ Every launcher (``local``, ``ray``, ``slurm``) runs a job through :func:`execute
 records its :class:`RunResult`; this module imports no launcher, so the launchers and the suite
 runner import it and nothing imports back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,10 @@ def execute(job: Job) -> RunResult:
         trainer.fit()
         if job.absolute_episodes > 0:
             metrics = final_evaluation(trainer, job.absolute_episodes)
-            write_json(run_dir / ABSOLUTE_FILE, {"frames": trainer.frames, "episodes": len(metrics["return"]),
-                                                  "metrics": metrics})
+            write_json(
+                run_dir / ABSOLUTE_FILE,
+                {"frames": trainer.frames, "episodes": len(metrics["return"]), "metrics": metrics},
+            )
     except Exception as err:  # a failing run is a result, not the end of the suite
         import traceback
 

@@ -4,6 +4,7 @@ Each job runs in its own ``python`` process (:func:`~marl_ppo.suite.jobs.worker_
 in the run directory's log file; its result is read back from the run directory. (With one worker
 the runner executes the jobs in its own process instead.)
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _launch(job: Job) -> subprocess.Popen:
     log = open(Path(job.run_dir) / LOG_FILE, "w")
     code = f"from marl_ppo.suite.jobs import worker_entry; worker_entry({str(Path(job.run_dir) / JOB_FILE)!r})"
     try:
-        return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     finally:
         log.close()
 

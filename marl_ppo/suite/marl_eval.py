@@ -1,5 +1,6 @@
 """The marl-eval / BenchMARL JSON format: run directories converted (:func:`to_marl_eval`),
 checked (:func:`validate_marl_eval`) and written (:func:`write_marl_eval`)."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,11 @@ def run_to_marl_eval(run_dir: str | Path) -> dict[str, Any]:
 
     run_dir = Path(run_dir)
     prefix, suffix = "eval/", "/episode_reward"
-    evals = {name[len(prefix):-len(suffix)]: dict(points) for name, points in read_scalars(run_dir).items()
-             if name.startswith(prefix) and name.endswith(suffix)}
+    evals = {
+        name[len(prefix) : -len(suffix)]: dict(points)
+        for name, points in read_scalars(run_dir).items()
+        if name.startswith(prefix) and name.endswith(suffix)
+    }
     if not evals:
         raise ValueError(f"{run_dir}: no evaluation scalars (eval/<group>/episode_reward) in logs/scalars")
     groups = sorted(evals)
@@ -69,7 +73,10 @@ def run_to_marl_eval(run_dir: str | Path) -> dict[str, Any]:
     absolute = run_dir / ABSOLUTE_FILE
     if absolute.exists():
         metrics = json.loads(absolute.read_text())["metrics"]
-        data["absolute_metrics"] = {**{f"{g}_return": metrics[f"{g}_return"] for g in groups}, "return": metrics["return"]}
+        data["absolute_metrics"] = {
+            **{f"{g}_return": metrics[f"{g}_return"] for g in groups},
+            "return": metrics["return"],
+        }
     else:  # no final evaluation recorded: the last logged one
         last = data[f"step_{len(frames)}"]
         data["absolute_metrics"] = {k: list(v) for k, v in last.items() if k != "step_count"}
@@ -165,7 +172,7 @@ def validate_marl_eval(obj: Any, *, same_shape: bool = False) -> None:
                     for key in steps:
                         if key == "absolute_metrics":
                             continue
-                        num = key[len("step_"):] if key.startswith("step_") else ""
+                        num = key[len("step_") :] if key.startswith("step_") else ""
                         if not num.isdigit():
                             fail(path + [key], "a run holds only 'step_<K>' entries and 'absolute_metrics'")
                         step_keys.append((int(num), key))
@@ -191,19 +198,25 @@ def validate_marl_eval(obj: Any, *, same_shape: bool = False) -> None:
                         if metrics is None:
                             metrics = names
                         elif names != metrics:
-                            fail(path + [key], f"metrics {sorted(names)} differ from the run's first step {sorted(metrics)}")
+                            fail(
+                                path + [key],
+                                f"metrics {sorted(names)} differ from the run's first step {sorted(metrics)}",
+                            )
                         for m in sorted(names):
                             metric_list(step[m], path + [key, m])
                     absolute = mapping(steps["absolute_metrics"], path + ["absolute_metrics"], "metric")
                     if "step_count" in absolute:
                         fail(path + ["absolute_metrics", "step_count"], "absolute_metrics has no step_count")
                     if set(absolute) != metrics:
-                        fail(path + ["absolute_metrics"],
-                             f"metrics {sorted(absolute)} differ from the steps' metrics {sorted(metrics or ())}")
+                        fail(
+                            path + ["absolute_metrics"],
+                            f"metrics {sorted(absolute)} differ from the steps' metrics {sorted(metrics or ())}",
+                        )
                     for m in sorted(absolute):
                         metric_list(absolute[m], path + ["absolute_metrics", m])
                     shapes.setdefault(env, []).append(
-                        (path, (tuple(sorted(k for _, k in step_keys)), tuple(sorted(metrics or ())))))
+                        (path, (tuple(sorted(k for _, k in step_keys)), tuple(sorted(metrics or ()))))
+                    )
     if same_shape:
         for env, tasks in obj.items():
             algo_sets = {task: sorted(algos) for task, algos in tasks.items()}
@@ -220,4 +233,3 @@ def validate_marl_eval(obj: Any, *, same_shape: bool = False) -> None:
             for path, shape in shapes[env]:
                 if shape != ref_shape:
                     fail(path, f"steps/metrics {shape} differ from {'/'.join(ref_path)}'s {ref_shape}")
-

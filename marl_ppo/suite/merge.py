@@ -14,8 +14,9 @@ else is refused with a message naming the task, the variants and the inputs they
 >>> merge_marl_eval([("A", a), ("B", {"vmas": {"bal": {"ippo": {"seed_1": run}}}})])
 Traceback (most recent call last):
 ...
-marl_ppo.suite.spec.SuiteError: cannot merge: vmas/bal has algorithms ['ippo'] (from B) but vmas/nav has ['mappo'] (from A); merge suites that ran the same tasks and variants
+marl_ppo.suite.spec.SuiteError: cannot merge: vmas/bal has algorithms ['ippo'] (from B) but vmas/nav has...
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ def read_suite_json(source: str | Path) -> dict[str, Any]:
 
 
 def _from(origin: Mapping[tuple, str], *prefix: str) -> str:
-    names = sorted({src for key, src in origin.items() if key[:len(prefix)] == prefix})
+    names = sorted({src for key, src in origin.items() if key[: len(prefix)] == prefix})
     return ", ".join(names)
 
 
@@ -72,14 +73,17 @@ def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[st
                 raise SuiteError(
                     f"cannot merge: {env}/{task} has algorithms {sorted(algos)} (from {_from(origin, env, task)}) "
                     f"but {env}/{ref_task} has {sorted(ref_algos)} (from {_from(origin, env, ref_task)}); "
-                    "merge suites that ran the same tasks and variants")
+                    "merge suites that ran the same tasks and variants"
+                )
         ref_algo, ref_runs = next(iter(ref_algos.items()))
         for task, algos in tasks.items():
             for algo, runs in algos.items():
                 if sorted(runs) != sorted(ref_runs):
                     raise SuiteError(
-                        f"cannot merge: {env}/{task}/{algo} has runs {sorted(runs)} (from {_from(origin, env, task, algo)}) "
-                        f"but {env}/{ref_task}/{ref_algo} has {sorted(ref_runs)}; every task and variant needs the same seeds")
+                        f"cannot merge: {env}/{task}/{algo} has runs {sorted(runs)} "
+                        f"(from {_from(origin, env, task, algo)}) but {env}/{ref_task}/{ref_algo} has "
+                        f"{sorted(ref_runs)}; every task and variant needs the same seeds"
+                    )
     try:
         validate_marl_eval(merged, same_shape=True)
     except ValueError as err:
@@ -87,8 +91,9 @@ def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[st
     return merged
 
 
-def merge_suites(sources: Sequence[str | Path], out: str | Path, *, plot: bool = True, ci: str = "t",
-                 title: Optional[str] = None) -> tuple[Path, Optional[Path]]:
+def merge_suites(
+    sources: Sequence[str | Path], out: str | Path, *, plot: bool = True, ci: str = "t", title: Optional[str] = None
+) -> tuple[Path, Optional[Path]]:
     """Merges suite outputs into ``out/marl_eval.json`` and ``out/returns.png``; returns both paths."""
     if len(sources) < 2:
         raise SuiteError(f"merge needs at least two suite outputs, got {len(sources)}")

@@ -1,4 +1,5 @@
 """The aggregate plot of a suite's marl-eval JSON: mean return vs frames over seeds, with a band."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ def confidence_band(values, ci: str, level: float = 0.95) -> tuple[float, float,
     if ci == "t":
         low, high = stats.t.interval(level, len(x) - 1, loc=mean, scale=stats.sem(x))
     elif ci == "bootstrap":
-        res = stats.bootstrap((x,), np.mean, confidence_level=level, n_resamples=2000, method="percentile",
-                              random_state=0)
+        res = stats.bootstrap(
+            (x,), np.mean, confidence_level=level, n_resamples=2000, method="percentile", random_state=0
+        )
         low, high = res.confidence_interval
     else:
         raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
@@ -51,7 +53,9 @@ def suite_curves(data: Mapping[str, Any], *, metric: str = "return", ci: str = "
                 for steps in runs.values():
                     for key, step in steps.items():
                         if key.startswith("step_") and metric in step:
-                            by_step.setdefault(int(key[5:]), []).append((step["step_count"], float(np.mean(step[metric]))))
+                            by_step.setdefault(int(key[5:]), []).append(
+                                (step["step_count"], float(np.mean(step[metric])))
+                            )
                 xs, mean, low, high = [], [], [], []
                 for k in sorted(by_step):
                     counts, vals = zip(*by_step[k])
@@ -90,14 +94,14 @@ def plot_suite(
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
     for ax, (panel, lines) in zip(axes.flat, panels.items()):
         for algo, (xs, mean, low, high, n_seeds) in lines.items():
-            line, = ax.plot(xs, mean, marker="." if len(xs) < 30 else None, label=f"{algo} ({n_seeds} seeds)")
+            (line,) = ax.plot(xs, mean, marker="." if len(xs) < 30 else None, label=f"{algo} ({n_seeds} seeds)")
             ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
         ax.set_title(panel.replace("/", " / ", 1))
         ax.set_xlabel("frames")
         ax.set_ylabel(f"eval {metric}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     band = "95% t-interval" if ci == "t" else "95% bootstrap interval"
     fig.suptitle(f"{title + ': ' if title else ''}mean over seeds, {band}", fontsize="medium")

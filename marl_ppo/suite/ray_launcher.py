@@ -13,6 +13,7 @@ writes. Which case holds is tested per task (a token file the driver writes in `
 with ``shared=True/False``. A failed job (a raised error, a crashed worker) is reported with its
 error; the others go on.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,11 @@ def _sees(path: str, token: str) -> bool:
 
 def _pack(run_dir: Path) -> dict[str, bytes]:
     """A run directory's files, by relative path, without ``checkpoints/`` (they stay on the node)."""
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.relative_to(run_dir).parts[0] != "checkpoints"}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.relative_to(run_dir).parts[0] != "checkpoints"
+    }
 
 
 def _unpack(run_dir: Path, files: dict[str, bytes], worker_dir: str) -> None:
@@ -74,8 +78,14 @@ def _task(job_record: dict[str, Any], token_path: str, token: str, shared: Optio
     try:
         local = dataclasses.replace(job, run_dir=str(Path(tmp) / Path(job.run_dir).name))
         res = execute(local)
-        return {"status": res.status, "error": res.error, "seconds": res.seconds, "node": node,
-                "files": _pack(Path(local.run_dir)), "worker_dir": local.run_dir}
+        return {
+            "status": res.status,
+            "error": res.error,
+            "seconds": res.seconds,
+            "node": node,
+            "files": _pack(Path(local.run_dir)),
+            "worker_dir": local.run_dir,
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -93,8 +103,14 @@ def _connect(address: Optional[str]) -> bool:
     return True
 
 
-def run_on_ray(jobs: list[Job], out_dir: Path, echo: Callable[[str], None], *, address: Optional[str] = None,
-               shared: Optional[bool] = None) -> list[RunResult]:
+def run_on_ray(
+    jobs: list[Job],
+    out_dir: Path,
+    echo: Callable[[str], None],
+    *,
+    address: Optional[str] = None,
+    shared: Optional[bool] = None,
+) -> list[RunResult]:
     """Runs ``jobs`` (already prepared in ``out_dir``) as Ray tasks; their results in job order."""
     import ray
     from ray.exceptions import RayError
@@ -112,7 +128,8 @@ def run_on_ray(jobs: list[Job], out_dir: Path, echo: Callable[[str], None], *, a
         echo(f"ray: {ray.cluster_resources().get('CPU', 0):g} CPUs in the cluster")
         for job in jobs:
             ref = remote.options(num_cpus=job.threads or 1, name=job.label, max_retries=0).remote(
-                dataclasses.asdict(job), str(token_path), token, shared)
+                dataclasses.asdict(job), str(token_path), token, shared
+            )
             started[ref] = (job, time.perf_counter())
             echo(f"submit {job.label}  ->  {job.run_dir}")
         pending = list(started)
@@ -123,8 +140,9 @@ def run_on_ray(jobs: list[Job], out_dir: Path, echo: Callable[[str], None], *, a
                 try:
                     rec = ray.get(ref)
                 except RayError as err:  # the task itself died (a crashed worker, a raised error)
-                    res = record_failure(job, f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}",
-                                  time.perf_counter() - t0)
+                    res = record_failure(
+                        job, f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}", time.perf_counter() - t0
+                    )
                 else:
                     if rec["files"] is not None:
                         _unpack(Path(job.run_dir), rec["files"], rec["worker_dir"])

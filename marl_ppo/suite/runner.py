@@ -2,6 +2,7 @@
 process, or in worker processes: :mod:`marl_ppo.suite.local_launcher`), ``ray``
 (:mod:`marl_ppo.suite.ray_launcher`) or ``slurm`` (:mod:`marl_ppo.suite.slurm_launcher`), and the
 results. Each job runs through :func:`marl_ppo.suite.jobs.execute` wherever it is launched."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,14 +66,21 @@ def _already_done(job: Job) -> bool:
     return done and same
 
 
-def _run_jobs(jobs: list[Job], suite: Suite, launcher: str, out_dir: Path, echo: Callable[[str], None], *,
-              ray_address: Optional[str], ray_shared: Optional[bool]) -> list[RunResult]:
+def _run_jobs(
+    jobs: list[Job],
+    suite: Suite,
+    launcher: str,
+    out_dir: Path,
+    echo: Callable[[str], None],
+    *,
+    ray_address: Optional[str],
+    ray_shared: Optional[bool],
+) -> list[RunResult]:
     """Runs ``jobs`` with ``launcher``; their results in job order."""
     if launcher in ("ray", "slurm"):
         for job in jobs:
             prepare(job)
         if launcher == "ray":
-
             return run_on_ray(jobs, out_dir, echo, address=ray_address, shared=ray_shared)
         return run_on_slurm(jobs, suite.slurm, out_dir, echo)
     if suite.workers > 1:  # worker processes, even for one run: the caller's process stays as it is
@@ -130,8 +138,12 @@ def run_suite(
             todo.append(i)
     how = f"{suite.workers} worker(s)" if launcher == "local" else f"launcher {launcher}"
     echo(f"suite {suite.name or ''}: {len(jobs)} runs ({len(todo)} to run), {how}, out {out_dir}")
-    for i, res in zip(todo, _run_jobs([jobs[i] for i in todo], suite, launcher, out_dir, echo,
-                                      ray_address=ray_address, ray_shared=ray_shared)):
+    for i, res in zip(
+        todo,
+        _run_jobs(
+            [jobs[i] for i in todo], suite, launcher, out_dir, echo, ray_address=ray_address, ray_shared=ray_shared
+        ),
+    ):
         results[i] = res
     result = SuiteResult([r for r in results if r is not None], out_dir)
     ok_dirs = [r.job.run_dir for r in result.runs if r.ok]
@@ -139,12 +151,22 @@ def run_suite(
         result.json_path = write_marl_eval(to_marl_eval(ok_dirs), out_dir / JSON_NAME)  # validated
         if plot:
             result.plot_path = plot_suite(result.json_path, out_dir / PLOT_NAME, ci=ci, title=suite.name)
-    write_json(out_dir / "suite_summary.json", {
-        "name": suite.name,
-        "runs": [{"run": r.job.label, "run_dir": r.job.run_dir, "status": r.status, "error": r.error,
-                  "seconds": round(r.seconds, 2)} for r in result.runs],
-        "marl_eval_json": str(result.json_path) if result.json_path else None,
-        "plot": str(result.plot_path) if result.plot_path else None,
-    })
+    write_json(
+        out_dir / "suite_summary.json",
+        {
+            "name": suite.name,
+            "runs": [
+                {
+                    "run": r.job.label,
+                    "run_dir": r.job.run_dir,
+                    "status": r.status,
+                    "error": r.error,
+                    "seconds": round(r.seconds, 2),
+                }
+                for r in result.runs
+            ],
+            "marl_eval_json": str(result.json_path) if result.json_path else None,
+            "plot": str(result.plot_path) if result.plot_path else None,
+        },
+    )
     return result
-

@@ -7,6 +7,7 @@ be on storage that the compute nodes share (as submitit's own folder, ``<out>/sl
 ``cluster: local`` runs the same array as local processes (submitit's ``LocalExecutor``), which is
 how the tests run it. A failed array job is reported with its error; the others go on.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,14 +68,17 @@ def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable
                 rec = sub.result()
             except Exception as err:  # submitit.core.utils.FailedJobError and friends: the job died
                 lines = str(err).strip().splitlines()
-                res = record_failure(job, f"{type(err).__name__}: {lines[-1] if lines else ''} (log: {sub.paths.stderr})",
-                              time.perf_counter() - t0)
+                res = record_failure(
+                    job,
+                    f"{type(err).__name__}: {lines[-1] if lines else ''} (log: {sub.paths.stderr})",
+                    time.perf_counter() - t0,
+                )
             else:
                 res = RunResult(job, rec["status"], rec["error"], rec["seconds"])
             echo(f"{res.status:<6} {job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
             results.append(res)
     except BaseException:  # interrupted: cancel the rest of the array
-        for sub in array[len(results):]:
+        for sub in array[len(results) :]:
             sub.cancel(check=False)
         raise
     return results

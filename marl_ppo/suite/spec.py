@@ -1,6 +1,7 @@
 """The suite spec: a suite file's tasks, seeds, sweep and settings (:class:`Suite`, :class:`TaskSpec`,
 :class:`SlurmSpec`), checked key by key, and :func:`plan`, which resolves it into one :class:`Job`
 per (task, variant, seed)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,18 @@ import yaml
 
 from marl_ppo.suite.sweep import Grid, SweepError, grid_overrides, parse_sweep, run_slug, variant_name
 
-SUITE_KEYS = ("name", "tasks", "seeds", "overrides", "sweep", "workers", "out", "threads", "absolute_eval_factor",
-              "slurm")
+SUITE_KEYS = (
+    "name",
+    "tasks",
+    "seeds",
+    "overrides",
+    "sweep",
+    "workers",
+    "out",
+    "threads",
+    "absolute_eval_factor",
+    "slurm",
+)
 TASK_KEYS = ("config", "name", "overrides")
 SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup")
 
@@ -82,7 +93,9 @@ class TaskSpec:
         if isinstance(raw, str):
             raw = {"config": raw}
         if not isinstance(raw, Mapping):
-            raise SuiteError(f"{where} must be a config path or a mapping with keys {', '.join(TASK_KEYS)}; got {raw!r}")
+            raise SuiteError(
+                f"{where} must be a config path or a mapping with keys {', '.join(TASK_KEYS)}; got {raw!r}"
+            )
         _check_keys(where, raw, TASK_KEYS)
         config = raw.get("config")
         if config is not None:
@@ -184,13 +197,17 @@ class Suite:
             raise SuiteError(f"{source} must be a mapping with keys {', '.join(SUITE_KEYS)}; got {type(raw).__name__}")
         _check_keys(source, raw, SUITE_KEYS)
         if "tasks" not in raw or not isinstance(raw["tasks"], list):
-            raise SuiteError(f"{source}: 'tasks' must be a list of config files or {{config, overrides, name}} mappings")
+            raise SuiteError(
+                f"{source}: 'tasks' must be a list of config files or {{config, overrides, name}} mappings"
+            )
         tasks = tuple(TaskSpec.parse(t, f"{source}: tasks[{i}]", base) for i, t in enumerate(raw["tasks"]))
         seeds = raw.get("seeds", [0])
         seeds = [seeds] if isinstance(seeds, int) else seeds
         if not isinstance(seeds, list):
             raise SuiteError(f"{source}: seeds must be a list of integers, got {seeds!r}")
-        kwargs: dict[str, Any] = {k: raw[k] for k in ("workers", "out", "name", "threads", "absolute_eval_factor") if raw.get(k) is not None}
+        kwargs: dict[str, Any] = {
+            k: raw[k] for k in ("workers", "out", "name", "threads", "absolute_eval_factor") if raw.get(k) is not None
+        }
         if "out" in kwargs:
             kwargs["out"] = str(kwargs["out"])
         try:
@@ -198,7 +215,12 @@ class Suite:
         except SweepError as err:
             raise SuiteError(str(err)) from None
         kwargs["slurm"] = SlurmSpec.parse(raw.get("slurm"), f"{source}: slurm")
-        return cls(tasks=tasks, seeds=tuple(seeds), overrides=tuple(_as_overrides(raw.get("overrides"), f"{source}: overrides")), **kwargs)
+        return cls(
+            tasks=tasks,
+            seeds=tuple(seeds),
+            overrides=tuple(_as_overrides(raw.get("overrides"), f"{source}: overrides")),
+            **kwargs,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> "Suite":
@@ -246,8 +268,9 @@ class Job:
         return f"{self.environment}/{self.task}/{self.result_algorithm}/seed_{self.seed}"
 
 
-def plan(suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str] = (),
-         remote: bool = False) -> list[Job]:
+def plan(
+    suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str] = (), remote: bool = False
+) -> list[Job]:
     """Every (task, variant, seed) run of ``suite`` with its resolved config; config errors raise
     here, before any run. Overrides apply as: task file, suite, task, sweep variant, ``overrides``.
 
@@ -276,14 +299,24 @@ def plan(suite: Suite, *, out: str | Path | None = None, overrides: Sequence[str
                 if apart:  # a progress bar per worker would only fill worker.log
                     cfg.log.progress = False
                 episodes = suite.absolute_eval_factor * cfg.log.eval_episodes
-                job = Job(cfg.env.kind, name, cfg.loss.algorithm, seed, str(Path(cfg.log.root) / cfg.log.name),
-                          to_yaml(cfg), episodes, workers_threads, variant)
+                job = Job(
+                    cfg.env.kind,
+                    name,
+                    cfg.loss.algorithm,
+                    seed,
+                    str(Path(cfg.log.root) / cfg.log.name),
+                    to_yaml(cfg),
+                    episodes,
+                    workers_threads,
+                    variant,
+                )
                 for key in (job.label, job.run_dir):
                     if key in seen:
                         raise SuiteError(
-                            f"{where} and {seen[key]} are both {job.label} ({job.run_dir}); give one of them a different "
-                            "'name', or sweep values that differ once resolved")
+                            f"{where} and {seen[key]} are both {job.label} ({job.run_dir}); give one of them a "
+                            "different "
+                            "'name', or sweep values that differ once resolved"
+                        )
                     seen[key] = where
                 jobs.append(job)
     return jobs
-

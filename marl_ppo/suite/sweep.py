@@ -17,6 +17,7 @@ the name because the algorithm field already shows it: results name a run's algo
 >>> split_multirun(["train.lr=1e-3,3e-4", "model.hidden=[64,64],[32]", "env.num_envs=8"])
 ({'train.lr': ['1e-3', '3e-4'], 'model.hidden': ['[64,64]', '[32]']}, ['env.num_envs=8'])
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,16 @@ import json
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
-__all__ = ["parse_sweep", "grid_overrides", "short_names", "format_value", "variant_name", "run_slug",
-           "split_multirun", "RESERVED_SWEEP_KEYS"]
+__all__ = [
+    "parse_sweep",
+    "grid_overrides",
+    "short_names",
+    "format_value",
+    "variant_name",
+    "run_slug",
+    "split_multirun",
+    "RESERVED_SWEEP_KEYS",
+]
 
 Grid = tuple[tuple[str, tuple[Any, ...]], ...]
 # set by the suite itself: seeds come from `seeds`, run directories from `out` and the names
@@ -111,8 +120,9 @@ def variant_name(grid: Grid, cfg: Any) -> str:
     name = ";".join(parts)
     bad = sorted(set(name) & set(",/[]"))
     if bad:
-        raise SweepError(f"variant name {name!r} holds {bad}, which marl-eval names cannot hold; "
-                         "sweep values other than these")
+        raise SweepError(
+            f"variant name {name!r} holds {bad}, which marl-eval names cannot hold; sweep values other than these"
+        )
     return name
 
 

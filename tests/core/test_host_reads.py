@@ -1,0 +1,98 @@
+"""No host read of a tensor value per collection step or per minibatch: on an accelerator, each one
+(``bool(t)``, ``t.item()``, ...) makes the host wait for the device.
+
+Counted on CPU, where such reads cost nothing and are therefore easy to add unnoticed: a
+``TorchFunctionMode`` sees every ``Tensor.__bool__``/``item``/``tolist``/``__int__``/``__float__``/
+``__index__``. Before this was checked, torchrl's ``TanhNormal`` read its bounds three times at
+every construction (every collection step and every minibatch) and torchrl's PPO entropy read its
+finiteness once per minibatch; :class:`~marl_ppo.models.distributions.StableTanhNormal` and
+:mod:`marl_ppo.core.losses` avoid those, and the control test shows the counter sees torchrl's.
+"""
+
+from __future__ import annotations
+
+import collections
+import traceback
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torchrl.envs.libs.vmas import VmasEnv
+from torchrl.modules.distributions import TanhNormal
+
+from marl_ppo import RewardTable, read_group_specs
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.update import ppo_update
+
+_READS = {
+    torch.Tensor.__bool__,
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+}
+
+
+class HostReads(TorchFunctionMode):
+    """Counts host reads of tensor values, by the line that made them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: collections.Counter = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _READS:
+            caller = traceback.extract_stack()[-2]
+            self.lines[f"{caller.filename}:{caller.lineno}"] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.lines.values())
+
+
+def _router_and_batch(continuous: bool, entropy_coeff: float):
+    torch.manual_seed(0)
+    env = VmasEnv("navigation", num_envs=4, continuous_actions=continuous, seed=0, max_steps=8)
+    groups = read_group_specs(env)
+    table = RewardTable.own_rewards(groups).bind(groups, env)
+    router = GroupRouter.from_specs(groups, hidden=(16,), entropy_coeff=entropy_coeff)
+    with torch.no_grad():
+        batch = table(env.rollout(8, router.policy, break_when_any_done=False))
+    router.compute_advantages(batch)
+    return router, batch
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "discrete"])
+@pytest.mark.parametrize("entropy_coeff", [0.0, 0.01], ids=["entropy-logged", "entropy-trained"])
+def test_no_host_read_in_a_policy_step_or_a_gradient_step(continuous, entropy_coeff):
+    router, batch = _router_and_batch(continuous, entropy_coeff)
+    step = AggregatedStep(router, lr=1e-3)
+    minibatch = batch.reshape(-1)[:16]
+    for what, run in [
+        ("policy step", lambda: router.policy(batch[:, 0].clone())),
+        ("loss and optimizer step", lambda: step(router(minibatch))),
+    ]:
+        with HostReads() as reads:
+            run()
+        assert reads.total == 0, f"{what}: host reads at {dict(reads.lines)}"
+
+
+def test_the_update_reads_the_host_once_per_epoch_on_an_accelerator():
+    """``check_each_step=False`` (an accelerator's default): the finiteness of the epoch's losses only."""
+    router, batch = _router_and_batch(True, 0.0)
+    with HostReads() as reads:
+        ppo_update(
+            router, AggregatedStep(router, lr=1e-3), batch, num_epochs=3, minibatch_size=8, check_each_step=False
+        )
+    assert reads.total == 3, dict(reads.lines)
+
+
+def test_the_counter_sees_torchrls_tanh_normal_reads():
+    """The control: torchrl's own construction reads its bounds, and the counter sees it."""
+    loc, scale = torch.zeros(4, 2), torch.ones(4, 2)
+    with HostReads() as reads:
+        TanhNormal(loc, scale, low=-torch.ones(2), high=torch.ones(2))
+    assert reads.total >= 1

@@ -1,0 +1,242 @@
+"""Any PettingZoo env by import path, agents that leave early, exact evaluation counts, connect four.
+
+Covered, on real envs at tiny sizes:
+
+* Knights-Archers-Zombies (``pettingzoo.butterfly.knights_archers_zombies_v11``, vector state,
+  ``line_death`` so that agents die within a few steps) through ``marl-ppo train`` and ``eval``;
+  on a collected batch, agents die while the episode goes on, and their steps get no advantage,
+  a value target equal to the value, and no weight in any loss;
+* a second family by import path, ``pettingzoo.sisl.pursuit_v5`` (its ``[7, 7, 3]`` local grid
+  flattened to 147 floats per agent);
+* images refused with the group, key and shape; a module that needs a missing package, a
+  misspelt version and a module that is not an env each named in a ConfigError; none leaves a
+  run directory;
+* ``marl-ppo eval --episodes 20`` on PettingZoo reports and averages exactly 20 episodes;
+* connect four trains with ``configs/connect_four.yaml``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torchrl.collectors import Collector
+
+from marl_ppo.cli import main
+from marl_ppo.config import ConfigError, load_config
+from marl_ppo.groups import GroupSpecError
+from marl_ppo.groups.reward_table import RewardTableError
+from marl_ppo.run.build import build
+from marl_ppo.run.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+KAZ = "pettingzoo.butterfly.knights_archers_zombies_v11"
+TINY = [
+    "env.num_envs=2",
+    "env.continuous_actions=false",
+    "train.num_epochs=1",
+    "train.num_threads=1",
+    "model.hidden=[16]",
+    "log.eval_every=0",
+    "log.eval_episodes=2",
+    "log.progress=false",
+    "log.plot=false",
+]
+KAZ_TINY = TINY + [
+    "env.kind=pettingzoo",
+    f"env.scenario={KAZ}",
+    "env.kwargs={line_death: true, max_zombies: 4, max_arrows: 4}",  # agents die at the walls
+    "env.max_steps=40",
+    "train.frames_per_batch=80",
+    "train.total_frames=160",
+    "train.minibatch_size=40",
+]
+
+
+@pytest.mark.slow
+def test_kaz_trains_and_evaluates_through_the_cli(tmp_path, capsys):
+    assert main(["train", *KAZ_TINY, f"log.root={tmp_path}", "log.name=kaz"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{\n") :])
+    assert summary["iteration"] == 2 and summary["frames"] == 160
+    assert "archer  [2 agents]" in out and "knight  [2 agents]" in out  # grouped by name prefix
+    assert main(["eval", str(tmp_path / "kaz"), "--episodes", "3"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 3
+    assert set(result["episode_reward"]) == {"archer", "knight"}
+    assert all(math.isfinite(v) for v in result["episode_reward"].values())
+
+
+def test_kaz_agents_that_die_are_masked_out_of_advantages_and_losses():
+    parts = build(load_config(overrides=KAZ_TINY))
+    assert {g: s.observation_shape for g, s in parts.groups.items()} == {"archer": (2, 75), "knight": (2, 75)}
+    collector = Collector(
+        parts.env, parts.router.policy, frames_per_batch=80, total_frames=80, auto_register_policy_transforms=False
+    )
+    batch = parts.reward_table(next(iter(collector)))
+    collector.shutdown()
+    parts.router.compute_advantages(batch)
+    episode_goes_on = ~batch["next", "done"]  # [B, T, 1]
+    died_mid_episode = 0
+    for g in parts.groups:
+        present = batch[g, "mask"]  # [B, T, n_agents]: False once the agent has left
+        died_mid_episode += int((~present & episode_goes_on).sum())
+        absent = ~present
+        if absent.any():
+            assert batch[g, "advantage"][absent].abs().max() == 0
+            assert torch.equal(batch[g, "value_target"][absent], batch[g, "state_value"][absent])
+    assert died_mid_episode > 0, "no agent left before the end of its episode: the test shows nothing"
+
+    flat = batch.reshape(-1)
+    base = parts.router(flat)
+
+    def losses_with_shift(where_present: bool):
+        td = flat.clone()
+        for g in parts.groups:
+            where = td[g, "mask"] if where_present else ~td[g, "mask"]
+            td[g, "action_log_prob"] = torch.where(where, td[g, "action_log_prob"] - 0.5, td[g, "action_log_prob"])
+            for key in ("advantage", "value_target"):  # what the objective and the critic loss read
+                td[g, key] = torch.where(where.unsqueeze(-1), td[g, key] + 1.0, td[g, key])
+        return parts.router(td)
+
+    shifted_absent = losses_with_shift(where_present=False)
+    for g in parts.groups:
+        for term in ("loss_objective", "loss_critic", "loss_entropy"):
+            assert torch.allclose(shifted_absent[g, term], base[g, term], atol=1e-6), (g, term)
+    shifted_present = losses_with_shift(where_present=True)
+    for term in ("loss_objective", "loss_critic"):
+        assert not torch.allclose(shifted_present["archer", term], base["archer", term]), term
+
+
+def test_pursuit_by_import_path_trains(tmp_path):
+    cfg = load_config(
+        overrides=TINY
+        + [
+            "env.kind=pettingzoo",
+            "env.scenario=pettingzoo.sisl.pursuit_v5",
+            "env.kwargs={n_pursuers: 2, n_evaders: 2, x_size: 8, y_size: 8}",
+            "env.max_steps=10",
+            "train.frames_per_batch=40",
+            "train.total_frames=40",
+            "train.minibatch_size=20",
+        ]
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    group = trainer.parts.groups["pursuer"]
+    assert group.n_agents == 2 and group.observation_shape == (2, 7 * 7 * 3)
+    summary = trainer.fit()
+    assert summary["iteration"] == 1 and summary["eval/episodes"] == 2
+    assert math.isfinite(summary["eval/pursuer/episode_reward"])
+
+
+@pytest.mark.parametrize(
+    "scenario, kwargs, error, expected",
+    [
+        (
+            KAZ,
+            "{obs_method: image}",
+            GroupSpecError,
+            ["group 'archer'", "('archer', 'observation') is an image of shape [512, 512, 3]", "obs_method='vector'"],
+        ),
+        ("pettingzoo.sisl.pursuit_v4", "{}", ConfigError, ["cannot import 'pettingzoo.sisl.pursuit_v4'", "pursuit_v5"]),
+        ("pettingzoo.utils", "{}", ConfigError, ["has neither parallel_env nor env"]),
+        (KAZ, "{colour: red}", ConfigError, [f"{KAZ}.parallel_env(**env.kwargs) failed", "colour"]),
+    ],
+    ids=["image", "wrong-version", "not-an-env-module", "bad-kwarg"],
+)
+def test_bad_pettingzoo_env_fails_before_a_run_directory(tmp_path, scenario, kwargs, error, expected):
+    cfg = load_config(
+        overrides=TINY
+        + ["env.kind=pettingzoo", f"env.scenario={scenario}", f"env.kwargs={kwargs}", f"log.root={tmp_path / 'runs'}"]
+    )
+    with pytest.raises(error) as info:
+        Trainer(cfg)
+    for text in expected:
+        assert text in str(info.value), (text, str(info.value))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pymunk") is not None, reason="pymunk is installed here")
+def test_missing_family_package_is_named():
+    cfg = load_config(overrides=TINY + ["env.kind=pettingzoo", "env.scenario=pettingzoo.butterfly.pistonball_v6"])
+    with pytest.raises(
+        ConfigError, match=r"imports 'pymunk', which is not installed: pip install 'pettingzoo\[butterfly\]'"
+    ):
+        Trainer(cfg)
+
+
+@pytest.mark.slow
+def test_pettingzoo_eval_runs_exactly_the_requested_episodes(tmp_path, capsys):
+    overrides = [
+        "env.num_envs=3",
+        "train.frames_per_batch=30",
+        "train.total_frames=30",
+        "train.num_epochs=1",
+        "train.minibatch_size=15",
+        "train.num_threads=1",
+        "model.hidden=[16]",
+        "log.eval_every=0",
+        "log.eval_episodes=4",
+        "log.progress=false",
+        "log.plot=false",
+    ]
+    assert (
+        main(["train", str(ROOT / "configs" / "tictactoe.yaml"), *overrides, f"log.root={tmp_path}", "log.name=ttt"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "ttt"), "--episodes", "20"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 20  # 3 copies: 7 + 7 + 6 games, not min(20, copies)
+    for value in result["episode_reward"].values():  # each game pays -1, 0 or 1: a mean over 20 is k / 20
+        assert value * 20 == pytest.approx(round(value * 20), abs=1e-4)
+
+
+def test_connect_four_trains_with_its_own_config(tmp_path):
+    overrides = [
+        "env.num_envs=2",
+        "train.frames_per_batch=40",
+        "train.total_frames=40",
+        "train.num_epochs=1",
+        "train.minibatch_size=20",
+        "train.num_threads=1",
+        "model.hidden=[16]",
+        "log.eval_every=0",
+        "log.eval_episodes=2",
+        "log.progress=false",
+        "log.plot=false",
+    ]
+    trainer = Trainer(load_config(ROOT / "configs" / "connect_four.yaml", overrides), run_dir=tmp_path / "run")
+    assert list(trainer.parts.groups) == ["player_0", "player_1"]
+    assert trainer.fit()["iteration"] == 1
+    # the tic-tac-toe config names tic-tac-toe's players: the error says which groups exist
+    with pytest.raises(RewardTableError, match="player_2"):
+        Trainer(
+            load_config(ROOT / "configs" / "tictactoe.yaml", overrides + ["env.scenario=connect_four_v3"]),
+            run_dir=tmp_path / "other",
+        )
+    assert not (tmp_path / "other").exists()
+
+
+def test_registry_id_builds_the_same_env():
+    from marl_ppo.envs import make_env
+
+    cfg = load_config(
+        overrides=TINY
+        + [
+            "env.kind=pettingzoo",
+            "env.scenario=sisl/pursuit-v5",
+            "env.max_steps=6",
+            "env.kwargs={n_pursuers: 2, n_evaders: 2, x_size: 8, y_size: 8}",
+        ]
+    )
+    env = make_env(cfg.env, seed=0)
+    assert env.observation_spec["pursuer", "observation"].shape == (2, 2, 147)
+    td = env.rollout(6, break_when_any_done=False)
+    assert td["next", "done"][:, -1].all()  # env.max_steps reached the game as max_cycles
+    with pytest.raises(ConfigError, match=r"unknown PettingZoo registry id 'sisl/pursuit-v4'; did you mean"):
+        make_env(load_config(overrides=["env.kind=pettingzoo", "env.scenario=sisl/pursuit-v4"]).env)

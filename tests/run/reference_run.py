@@ -1,0 +1,104 @@
+"""The default run, short, digested: what must stay bit for bit the same across a refactor.
+
+``python tests/run/reference_run.py --write`` records the digest of the current code into
+``tests/run/data/reference_default.json``; ``tests/run/test_reference.py`` reruns the same command and
+compares. The run goes through the ``marl-ppo`` command line and the digest reads only the run
+directory (its checkpoint files and metric CSVs), so the same script serves the code before and
+after a restructuring.
+
+Digest: every tensor of every checkpoint (parameters, optimizer and scheduler state, RNG states)
+as the SHA-256 of its bytes with its dtype and shape, every other checkpoint entry by value, and
+every metric CSV line except the ``time/*`` timings. Bit-for-bit results are defined for one
+torch build on one CPU kernel family: the digest records both, and the test skips on a machine
+whose differ (a different SIMD path legitimately changes the last bits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference_default.json"
+# the default config (MAPPO on VMAS navigation), three iterations, one thread (thread count changes
+# reduction orders), a periodic checkpoint at iteration 2 (the episode restart it implies included)
+OVERRIDES = [
+    "train.total_frames=18000",
+    "train.num_threads=1",
+    "log.checkpoint_every=2",
+    "log.progress=false",
+    "log.plot=false",
+]
+
+
+def machine() -> dict[str, str]:
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def _digest_value(value, prefix: str, out: dict[str, object]) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(torch.uint8) if t.dtype != torch.bool else t.reshape(-1).to(torch.uint8)
+        out[prefix] = f"{t.dtype}{list(t.shape)}:{hashlib.sha256(raw.numpy().tobytes()).hexdigest()}"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _digest_value(v, f"{prefix}/{k}", out)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _digest_value(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = repr(value)
+
+
+def digest(run_dir: Path) -> dict[str, object]:
+    """The run directory's checkpoints and metric CSVs, digested (see the module docstring)."""
+    out: dict[str, object] = {}
+    for path in sorted((run_dir / "checkpoints").glob("*.pt")):
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        state.pop("config", None)  # the resolved YAML: compared as config.yaml below
+        tensors: dict[str, object] = {}
+        _digest_value(state, "", tensors)
+        out[f"checkpoint:{path.name}"] = tensors
+    root = run_dir / "logs" / "scalars"
+    out["scalars"] = {
+        str(p.relative_to(root)): p.read_text().splitlines()
+        for p in sorted(root.rglob("*.csv"))
+        if not str(p.relative_to(root)).startswith("time")
+    }
+    # the resolved config, but for log.root (a temporary folder)
+    out["config.yaml"] = [
+        ln for ln in (run_dir / "config.yaml").read_text().splitlines() if not ln.startswith("  root: ")
+    ]
+    return out
+
+
+def run(root: Path) -> Path:
+    """Trains the reference run under ``root`` through the command line; returns its directory."""
+    run_dir = root / "reference"
+    cmd = [sys.executable, "-m", "marl_ppo.cli", "train", *OVERRIDES, f"log.root={root}", "log.name=reference"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return run_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"record the digest into {REFERENCE}")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {"machine": machine(), "overrides": OVERRIDES, "digest": digest(run(Path(tmp)))}
+    if args.write:
+        REFERENCE.parent.mkdir(parents=True, exist_ok=True)
+        REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {REFERENCE}")
+    else:
+        print(json.dumps(result, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Every bad value is refused before training, naming the key, the value and what is allowed.
+
+Each case goes through the command line as a user would type it (``marl-ppo train key=value``):
+it returns 1 with one ``ConfigError`` line on stderr, and no run directory is created. Reward
+tables: the same from a config's ``reward_table`` and from Python, naming the group and the term.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marl_ppo import RewardTable, RewardTableError, own, signal, team
+from marl_ppo.cli import main
+
+BAD = [
+    # (overrides, words the message must hold)
+    (["train.frames_per_batch=401"], ["train.frames_per_batch=401", "multiple of env.num_envs=60", "360", "420"]),
+    (["train.minibatch_size=7000"], ["train.minibatch_size=7000", "frames_per_batch=6000", "<="]),
+    (["model.hidden=[0]"], ["model.hidden", "[0]", ">= 1"]),
+    (["model.hidden=[]"], ["model.hidden", "[]", "one or more"]),
+    (["loss.gamma=5"], ["loss.gamma", "[0, 1]", "5.0"]),
+    (["loss.lmbda=1.5"], ["loss.lmbda", "[0, 1]", "1.5"]),
+    (["loss.lmbda=-0.1"], ["loss.lmbda", "[0, 1]", "-0.1"]),
+    (["loss.clip_epsilon=-1"], ["loss.clip_epsilon", "> 0", "-1.0"]),
+    (["log.eval_every=-1"], ["log.eval_every", ">= 0", "-1"]),
+    (["log.checkpoint_every=-2"], ["log.checkpoint_every", ">= 0", "-2"]),
+    (["env.max_steps=0"], ["env.max_steps", ">= 1", "0"]),
+    (["train.lr=0"], ["train.lr", "> 0", "0.0"]),
+    (["train.lr=-0.001"], ["train.lr", "> 0", "-0.001"]),
+    (["train.device=gpu"], ["train.device", "'gpu'", "'cpu' or 'cuda'"]),
+    (
+        ["env.multidiscrete_actions=true"],
+        ["env.multidiscrete_actions=true", "env.continuous_actions=true", "env.continuous_actions=false"],
+    ),
+    (
+        ["env.num_envs=600"],
+        ["log.checkpoint_every=5", "10 steps per env", "env.max_steps=100", "log.checkpoint_every >= 10"],
+    ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.comm=true"],
+        ["env.comm=true", "VMAS option", "'pettingzoo'"],
+    ),
+    (
+        [
+            "env.kind=pettingzoo",
+            "env.scenario=simple_spread_v3",
+            "env.continuous_actions=false",
+            "env.multidiscrete_actions=true",
+        ],
+        ["env.multidiscrete_actions=true", "VMAS option"],
+    ),
+    (["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "log.video=true"], ["log.video", "VMAS envs only"]),
+    (["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.device=cuda:0"], ["env.device", "CPU only"]),
+    (["log.wandb.mode=cloud"], ["log.wandb.mode", "'online', 'offline', 'disabled'", "'cloud'"]),
+    (
+        ["train.collector.backend=process", "train.collector.num_collectors=7"],
+        ["env.num_envs (60) must be divisible by train.collector.num_collectors (7)"],
+    ),
+    (["reward_table={agents: [{own: abc}]}"], ["reward_table", "group 'agents'", "own()", "'abc'", "finite number"]),
+    (["reward_table={agents: [{own: '0.5'}]}"], ["group 'agents'", "'0.5'", "(str)"]),
+    (["reward_table={agents: [{own: true}]}"], ["group 'agents'", "True", "(bool)"]),
+    (["reward_table={agents: [{team: null}]}"], ["group 'agents'", "team()", "None"]),
+    (["reward_table={agents: null}"], ["group 'agents'", "empty (null)"]),
+    (["reward_table={agents: [{key: 5}]}"], ["group 'agents'", "a key must be a string", "5"]),
+    (["model.kind=rnn"], ["model.kind", "'mlp', 'gru', 'lstm'", "'rnn'"]),
+    (["model.critic=team"], ["model.critic", "'group', 'global'", "'team'"]),
+    (["model.critic_kind=cnn"], ["model.critic_kind", "'cnn'"]),
+    (["model.rnn_hidden=0"], ["model.rnn_hidden", ">= 1", "0"]),
+    (["model.seq_len=0"], ["model.seq_len", ">= 1", "0"]),
+    (["model.groups={agents: {depth: 3}}"], ["model.groups.agents", "['depth']", "'kind'", "'rnn_hidden'"]),
+    (["model.groups={agents: {kind: rnn}}"], ["model.groups.agents.kind", "'rnn'"]),
+    (["model.critic=global", "model.critic_kind=gru"], ["model.critic_kind='gru'", "model.critic=global", "MLP"]),
+    (["model.kind=gru", "model.seq_len=30"], ["model.seq_len=30", "100 steps"]),
+    (["loss.value_norm=batch"], ["loss.value_norm", "'none', 'running', 'popart'", "'batch'"]),
+    (["loss.popart_beta=1.0"], ["loss.popart_beta", "(0, 1)", "1.0"]),
+    (["env.time_limit=truncated"], ["env.time_limit", "'truncate', 'terminate'", "'truncated'"]),
+]
+if not torch.cuda.is_available():
+    BAD += [
+        (["train.device=cuda"], ["train.device='cuda'", "no CUDA device", "train.device=cpu"]),
+        (["env.device=cuda"], ["env.device='cuda'", "no CUDA device", "env.device=cpu"]),
+    ]
+
+
+@pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_value_is_refused_before_a_run_directory_exists(tmp_path, capsys, overrides, words):
+    assert main(["train", *overrides, f"log.root={tmp_path / 'runs'}", "log.progress=false"]) == 1
+    err = capsys.readouterr().err
+    assert "ConfigError" in err, err
+    for word in words:
+        assert word in err, f"{word!r} not in {err!r}"
+    assert not (tmp_path / "runs").exists(), "a refused config created a run directory"
+
+
+def test_the_default_configs_pass_the_checks():
+    from pathlib import Path
+
+    from marl_ppo.config import load_config
+
+    for path in sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: own("0.5"), ["own()", "'0.5'", "(str)"]),
+        (lambda: own(True), ["own()", "True", "(bool)"]),
+        (lambda: team(["a"], weight="abc"), ["team(['a'])", "'abc'"]),
+        (lambda: team(None), ["team()", "None"]),
+        (lambda: signal(5), ["a key must be a string", "5"]),
+        (lambda: RewardTable({"a": [1.0]}), ["group 'a'", "a reward term must be a mapping", "1.0"]),
+        (lambda: RewardTable({"a": None}), ["group 'a'", "empty (null)"]),
+    ],
+)
+def test_reward_terms_from_python_name_what_is_wrong(make, words):
+    with pytest.raises(RewardTableError) as info:
+        make()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_python_and_dict_forms_accept_the_same_rows():
+    assert RewardTable({"a": "own"}) == RewardTable.from_dict({"a": "own"}) == RewardTable({"a": [own(1.0)]})
+    assert RewardTable({"a": [{"own": 0.5}]}) == RewardTable.from_dict({"a": [{"own": 0.5}]})
