@@ -19,12 +19,12 @@ _EXPORTS = {
     "GroupSpec": "marl_ppo.groups.specs",
     "GroupSpecError": "marl_ppo.groups.specs",
     "read_group_specs": "marl_ppo.groups.specs",
-    "BoundRewardTable": "marl_ppo.groups.reward_table",
+    "BoundRewardTable": "marl_ppo.groups.reward_binding",
     "RewardTable": "marl_ppo.groups.reward_table",
-    "RewardTableError": "marl_ppo.groups.reward_table",
-    "own": "marl_ppo.groups.reward_table",
-    "signal": "marl_ppo.groups.reward_table",
-    "team": "marl_ppo.groups.reward_table",
+    "RewardTableError": "marl_ppo.groups.reward_terms",
+    "own": "marl_ppo.groups.reward_terms",
+    "signal": "marl_ppo.groups.reward_terms",
+    "team": "marl_ppo.groups.reward_terms",
     "GroupRouter": "marl_ppo.core.router",
 }
 
