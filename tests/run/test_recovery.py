@@ -219,7 +219,7 @@ def test_pettingzoo_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path,
 def test_custom_env_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     """A user's own EnvBase (two groups, a composite action) resumes exactly too: its ``_set_seed``
     is what the checkpoint boundary reseeds."""
-    factory = f"{ROOT / 'tests' / 'custom_envs.py'}:make_depot"
+    factory = f"{ROOT / 'tests' / 'envs' / 'custom_envs.py'}:make_depot"
     cfg = load_config(
         overrides=[o for o in TINY if "n_agents" not in o] + ["env.kind=custom", f"env.factory={factory}"]
     )
