@@ -120,13 +120,17 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
 
 def train_state(cfg: Config, parts: Parts) -> TrainState:
     """The run's :class:`~marl_ppo.core.state.TrainState` around ``parts``: its learning-rate schedule
-    (``train.lr_schedule``: constant, or linear to 0 over ``train.iterations``) and counters at 0."""
+    (``train.lr_schedule``: constant, or linear to 0 over ``train.iterations``), the update's
+    ``torch.Generator`` on ``train.device`` seeded with ``train.seed``, and counters at 0."""
     iterations = cfg.train.iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         parts.step.optimizer,
         (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
     )
-    return TrainState(parts.router, parts.step, scheduler)
+    # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
+    # nothing from the global RNG, and a checkpoint carries this stream's state
+    generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
+    return TrainState(parts.router, parts.step, scheduler, generator=generator)
 
 
 def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:

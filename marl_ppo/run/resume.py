@@ -67,6 +67,11 @@ def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
             "streams are not in checkpoints, so the run goes on as an uninterrupted one would in "
             "distribution, not bit for bit (backend direct resumes exactly)"
         )
+    if state.generator is not None and "generator" not in ckpt:
+        notes.append(
+            "this checkpoint was written before runs kept the update's own generator (minibatch order): it "
+            "starts again from train.seed, so the run goes on deterministically but not bit for bit"
+        )
     if not ckpt.get("episode_boundary", False) and state.frames < cfg.train.total_frames:
         notes.append(
             "this checkpoint was written at a signal or at the end of a run, not at a periodic checkpoint: "
