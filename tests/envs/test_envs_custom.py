@@ -72,7 +72,8 @@ def test_cli_train_eval_resume_from_the_run_directory_alone(tmp_path):
     assert "crew" in out and "scout" in out  # the reward table names both groups
     recorded = yaml.safe_load((run / "config.yaml").read_text())["env"]
     assert recorded["kind"] == "custom"
-    assert recorded["factory"] == f"{ROOT / 'tests' / 'envs' / 'custom_envs.py'}:make_depot"  # absolute: found from anywhere
+    # absolute: found from anywhere
+    assert recorded["factory"] == f"{ROOT / 'tests' / 'envs' / 'custom_envs.py'}:make_depot"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     result = json.loads(cli("eval", str(run), "--episodes", "5", cwd=elsewhere))
