@@ -105,6 +105,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "read",
         "run/checkpoints.py (VMAS's one RNG state per process)",
     ),
+    # the learning-rate schedule a resumed run puts in force (the rate get_last_lr reports)
+    PrivateName("torch.optim.lr_scheduler.LRScheduler", "_last_lr", "read", "run/resume.py"),
     # numpy arrays in checkpoints of the earliest format
     PrivateName("numpy._core.multiarray", "_reconstruct", "import", "run/checkpoints.py"),
     # torchrl's TensorBoard logger, its writer made with purge_step on resume

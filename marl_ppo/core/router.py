@@ -52,6 +52,19 @@ __all__ = ["GroupRouter", "LossAlgorithm", "LEGACY_STATE_PREFIXES"]
 LossAlgorithm = Literal["mappo", "ippo", "clip_ppo"]
 
 
+# The losses' buffers that their arguments set (not training); see GroupRouter.hyperparameters.
+HYPERPARAMETER_BUFFERS = frozenset(
+    {
+        "clip_epsilon",
+        "critic_coeff",
+        "entropy_coeff",
+        "head_entropy_coeffs",
+        "base_head_entropy_coeffs",
+        "gamma",
+        "lmbda",
+    }
+)
+
 # Loss entries a head name must not shadow in the group's loss tensordict.
 _RESERVED = {"entropy", "kl_approx", "clip_fraction", "ESS", "explained_variance", "max_ratio", "mean_ratio"}
 
@@ -222,6 +235,17 @@ class GroupRouter(nn.Module):
     def head_entropy_coeffs(self) -> dict[str, list[float]]:
         """Each group's per-head entropy coefficients as they stand (in the order of :attr:`heads`)."""
         return {g: loss.head_entropy_coeffs.tolist() for g, loss in self.losses.items()}
+
+    def hyperparameters(self) -> dict[str, torch.Tensor]:
+        """The state_dict entries the losses' arguments set, not training (clip, coefficients, gamma,
+        lambda), copied: what a resumed run takes from its own arguments instead of the checkpoint."""
+        return {k: v.clone() for k, v in self.state_dict().items() if k.rpartition(".")[2] in HYPERPARAMETER_BUFFERS}
+
+    def load_hyperparameters(self, values: Mapping[str, torch.Tensor]) -> None:
+        """Writes :meth:`hyperparameters`' entries back in place (onto the buffers' devices)."""
+        own = self.state_dict()
+        for key, value in values.items():
+            own[key].copy_(value)
 
     def set_entropy_scale(self, scale: float) -> None:
         """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""

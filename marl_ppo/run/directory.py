@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from marl_ppo.config import Config
 
-__all__ = ["run_directory", "record_collector"]
+__all__ = ["run_directory", "record_collector", "note", "finished_summary"]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
@@ -32,11 +35,28 @@ def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path
     return path
 
 
+def note(run_dir: Path, text: str) -> None:
+    """One dated line in the run's notes (``run.log``): what the run got or changed that a fresh run of its
+    ``config.yaml`` would not show (the collector it got, a setting changed on resume)."""
+    with open(Path(run_dir) / "run.log", "a") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+
 def record_collector(run_dir: Path, collector) -> str:
-    """The collector a run got, as one line in its notes (``run.log``), with the reason the lean VMAS
-    path declined where it did; returns the line's text (``summary.json`` keeps it too)."""
+    """The collector a run got, as one line in its notes, with the reason the lean VMAS path declined
+    where it did; returns the line's text (``summary.json`` keeps it too)."""
     declined = getattr(collector, "declined", None)
     text = collector.description + (f"; the lean VMAS collector declined: {declined}" if declined else "")
-    with open(Path(run_dir) / "run.log", "a") as f:
-        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} collector: {text}\n")
+    note(run_dir, f"collector: {text}")
     return text
+
+
+def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str, Any]:
+    """A finished run resumed: says so in one line and returns its ``summary.json`` as it is (untouched)."""
+    print(
+        f"marl-ppo: {run_dir} has finished ({frames} frames, train.total_frames={total_frames}): nothing to "
+        "train; its summary.json is kept",
+        file=sys.stderr,
+    )
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else {"frames": frames, "run_dir": str(run_dir)}

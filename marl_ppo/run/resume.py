@@ -1,9 +1,13 @@
-"""Resuming a run: which checkpoint, what it restores, and the notes saying so.
+"""Resuming a run: which settings may change, which checkpoint, what it restores, and the notes saying so.
 
-:func:`resume_point` picks the newest usable checkpoint of a run directory (see
-:func:`~marl_ppo.run.checkpoints.choose_checkpoint`) and loads it into the run's
-:class:`~marl_ppo.core.state.TrainState`; :func:`write_resume_log` records what happened in
-``resume.log`` and on stderr (see ``docs/runs.md``).
+:func:`resume_point` compares the config a run is resumed with to the one it recorded
+(``config.yaml``): a key of :data:`CHANGEABLE` takes effect from the resumed iteration, any other
+change (the networks, the env and its seeds, the reward table) is refused before anything is
+written, naming the key, the run's value and the new one. It then picks the newest usable
+checkpoint (see :func:`~marl_ppo.run.checkpoints.choose_checkpoint`), loads it into the run's
+:class:`~marl_ppo.core.state.TrainState`, and puts the config's settings in force over the
+checkpoint's (learning rate, clip, coefficients, gamma, lambda); :func:`write_resume_log` records
+what happened in ``resume.log`` and on stderr (see ``docs/runs.md``).
 """
 
 from __future__ import annotations
@@ -16,12 +20,31 @@ from typing import Any
 
 from torch import nn
 
-from marl_ppo.config import Config
+from marl_ppo.config import Config, ConfigError, from_yaml, to_container
 from marl_ppo.core.router import LEGACY_STATE_PREFIXES
 from marl_ppo.core.state import TrainState
 from marl_ppo.run.checkpoints import choose_checkpoint, set_rng_state
 
-__all__ = ["ResumePoint", "resume_point", "network_mismatch", "write_resume_log", "restart_episodes"]
+__all__ = [
+    "ResumePoint",
+    "resume_point",
+    "network_mismatch",
+    "write_resume_log",
+    "restart_episodes",
+    "CHANGEABLE",
+    "config_changes",
+]
+
+# The keys a resumed run may change: they take effect from the resumed iteration (a trailing dot: a
+# whole section). Any other key would change what the checkpoints were trained on (the networks, the
+# env and its seeds, the batch layout, the reward table) and is refused.
+CHANGEABLE = (
+    "train.total_frames", "train.lr", "train.lr_schedule", "train.num_epochs", "train.minibatch_size",
+    "train.max_grad_norm", "train.num_threads", "train.compile", "train.device", "train.collector.",
+    "loss.clip_epsilon", "loss.entropy_coeff", "loss.head_entropy_coeff", "loss.entropy_schedule",
+    "loss.entropy_final_scale", "loss.critic_coeff", "loss.loss_critic_type", "loss.gamma", "loss.lmbda",
+    "loss.normalize_advantage", "loss.group_weights", "loss.bundle_groups", "log.",
+)  # fmt: skip
 
 
 @dataclass
@@ -48,19 +71,89 @@ def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
     return None
 
 
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()} or {
+            prefix[:-1]: {}
+        }
+    return {prefix[:-1]: tree}
+
+
+def config_changes(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for every dotted key whose value differs (``None``: absent)."""
+    a, b = _flat(to_container(old)), _flat(to_container(new))
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _changeable(key: str) -> bool:
+    return any(key == c or key.startswith(c if c.endswith(".") else c + ".") for c in CHANGEABLE)
+
+
+def _what(key: str) -> str:
+    if key.startswith(("model.", "loss.algorithm", "loss.value_norm", "loss.popart_beta")):
+        return "the networks"
+    if key.startswith("reward_table"):
+        return "the reward table"
+    return "the env, its seeds or the batch layout"
+
+
+def _check_changes(run_dir: Path, cfg: Config) -> list[tuple[str, Any, Any]]:
+    """The changes from the run's recorded config; a :class:`ConfigError` for any that may not change."""
+    recorded = run_dir / "config.yaml"
+    if not recorded.exists():
+        return []
+    changes = config_changes(from_yaml(recorded.read_text()), cfg)
+    refused = [(k, old, new) for k, old, new in changes if not _changeable(k)]
+    if refused:
+        listing = "; ".join(f"{k}={new!r} (the run has {old!r}: it would change {_what(k)})" for k, old, new in refused)
+        raise ConfigError(
+            f"cannot resume {run_dir} with {listing}. A resumed run keeps what its checkpoints were trained on; "
+            f"it may change {', '.join(c.rstrip('.') for c in CHANGEABLE)} (docs/runs.md). Start a new run instead"
+        )
+    return changes
+
+
+def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any]) -> None:
+    """Over a loaded checkpoint: the losses' settings (``fresh``: the router's as built from ``cfg``) and
+    the learning rate of ``train.lr`` on the schedule's current step (what ``LambdaLR`` itself computes)."""
+    state.router.load_hyperparameters(fresh)
+    scheduler, groups = state.scheduler, state.step.optimizer.param_groups
+    scheduler.base_lrs = [float(cfg.train.lr) for _ in scheduler.base_lrs]
+    for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["initial_lr"] = base
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]
+
+
 def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
-    """Loads the newest usable checkpoint of ``run_dir`` into ``state``; what was found and why."""
+    """Loads the newest usable checkpoint of ``run_dir`` into ``state`` with ``cfg``'s changeable settings
+    in force; what was found and changed, and why. Refuses (:class:`ConfigError`, nothing written) a
+    change that may not be made on resume, and fewer ``train.total_frames`` than the run has done."""
     ckpt_dir = run_dir / "checkpoints"
     if not (run_dir / "config.yaml").exists() and not ckpt_dir.exists():
         raise FileNotFoundError(f"cannot resume: {run_dir} holds no run (no config.yaml, no checkpoint)")
+    changes = _check_changes(run_dir, cfg)
     choice = choose_checkpoint(ckpt_dir, lambda ckpt: network_mismatch(state.router, ckpt))
     notes = list(choice.notes)
     if choice.state is None:
         notes.append("no checkpoint: the run starts afresh in its directory (its logs are cleared)")
         return ResumePoint(None, notes)
     ckpt = choice.state
+    fresh = state.router.hyperparameters()
     state.load_state_dict(ckpt)
+    if cfg.train.total_frames < state.frames:
+        raise ConfigError(
+            f"cannot resume {run_dir} with train.total_frames={cfg.train.total_frames}: the run has done "
+            f"{state.frames} frames already (its checkpoint {choice.path.name}); "
+            f"give train.total_frames >= {state.frames}"
+        )
+    _put_config_in_force(state, cfg, fresh)
     notes.append(f"resumed from {choice.path.name} (iteration {state.iteration}, {state.frames} frames)")
+    for key, old, new in changes:
+        notes.append(
+            f"changed {key}: {old!r} -> {new!r}, in force from frame {state.frames} "
+            f"(iteration {state.iteration + 1} on)"
+        )
     if cfg.train.collector.backend != "direct":
         notes.append(
             f"train.collector.backend={cfg.train.collector.backend}: the collector workers' random "

@@ -32,7 +32,7 @@ from marl_ppo.envs import EnvFactory
 from marl_ppo.run.build import build, build_collector, record_factory, train_state
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.checkpoints import rng_state, write_checkpoint
-from marl_ppo.run.directory import record_collector, run_directory
+from marl_ppo.run.directory import finished_summary, note, record_collector, run_directory
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
@@ -91,12 +91,15 @@ class Trainer:
         self._resume = resume_point(self.run_dir, cfg, self.state) if resume else None
         if self._resume is not None and self._resume.rng is not None:
             self._saved_iteration = self.state.iteration
+            self._schedule_entropy()  # the coefficients of this iteration, from the config in force
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(self._config_yaml)
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
         self.resume_notes = (
             [] if not resume else write_resume_log(self.run_dir, self._resume.notes, self.state.iteration)
         )
+        for line in (n for n in self.resume_notes if n.startswith("changed ")):
+            note(self.run_dir, line)
         self.logger = RunLogger(
             self.run_dir, cfg.log, cfg.run_name(), resume_step=self.frames if resume else None, config=to_container(cfg)
         )
@@ -123,9 +126,9 @@ class Trainer:
         """
         cfg, parts = self.cfg, self.parts
         remaining = cfg.train.total_frames - self.frames
-        if remaining <= 0:
+        if remaining <= 0:  # a finished run, resumed: its record stays as it is
             self.close()
-            return self._summary({})
+            return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
         collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
         self.collector_used = record_collector(self.run_dir, collector)
         if self._resume is not None and self._resume.rng is not None:

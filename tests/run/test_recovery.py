@@ -37,7 +37,7 @@ import torch
 
 import marl_ppo.run.logger as run_logging
 from marl_ppo.cli import main
-from marl_ppo.config import load_config
+from marl_ppo.config import load_config, to_yaml
 from marl_ppo.run.checkpoints import CheckpointError, load_checkpoint
 from marl_ppo.run.signals import StopSignals
 from marl_ppo.run.trainer import Trainer
@@ -309,12 +309,12 @@ def test_iter_checkpoint_newer_than_last_is_taken(four_checkpoints):
 
 
 def test_checkpoint_of_other_networks_is_refused_with_the_reason(four_checkpoints):
+    # checkpoints of other networks than the run's config records (a changed model key itself is refused
+    # earlier, naming the key: tests/run/test_resume_changes.py)
+    other = config("env.max_steps=10", "log.checkpoint_every=1", "model.hidden=[8]")
+    (four_checkpoints / "config.yaml").write_text(to_yaml(other))
     with pytest.raises(CheckpointError, match=r"skipped last.pt: .*networks do not match|has shape"):
-        Trainer(
-            config("env.max_steps=10", "log.checkpoint_every=1", "model.hidden=[8]"),
-            run_dir=four_checkpoints,
-            resume=True,
-        )
+        Trainer(other, run_dir=four_checkpoints, resume=True)
 
 
 def test_corrupt_checkpoint_in_eval_names_the_file(four_checkpoints, capsys):
