@@ -38,7 +38,9 @@ def test_private_name_still_exists_with_the_parameters_we_use(row):
     owner = _resolve(row.owner)
     if not hasattr(owner, row.name):  # an attribute set in __init__: its class's source assigns it
         source = "".join(inspect.getsource(c) for c in inspect.getmro(owner) if c.__module__ != "builtins")
-        assert re.search(rf"\bself\.{row.name}\s*(:[^=\n]*)?=", source), f"{row.owner} no longer has {row.name} ({row.used_in})"
+        assert re.search(rf"\bself\.{row.name}\s*(:[^=\n]*)?=", source), (
+            f"{row.owner} no longer has {row.name} ({row.used_in})"
+        )
     if row.params is not None:
         params = tuple(p for p in inspect.signature(getattr(owner, row.name)).parameters if p != "self")
         assert params == row.params, f"{row.owner}.{row.name}{params}: {row.used_in} relies on {row.params}"
