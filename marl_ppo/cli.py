@@ -66,13 +66,18 @@ def _eval(args: argparse.Namespace) -> int:
 
         recorder = FrameRecorder()
     # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
-    evaluator = Evaluator(cfg, parts.router.policy, list(parts.groups), episodes=args.episodes)
+    evaluator = Evaluator(
+        cfg, parts.router.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps
+    )
     try:
         out = evaluator(callback=recorder)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
         evaluator.close()
         if not parts.env.is_closed:
             parts.env.close()
+    if out.episodes == 0:
+        print(f"marl-ppo eval: {out.no_episode_message()}", file=sys.stderr)
+        return 1
     result = {
         "run_dir": str(args.run_dir),
         "checkpoint": args.checkpoint,
@@ -92,6 +97,17 @@ def _plot(args: argparse.Namespace) -> int:
     for path in plot_runs(args.run_dirs, out, metrics=args.metric):
         print(path)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse then names the option in its one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,10 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")
     p.add_argument(
         "--episodes",
-        type=int,
+        type=_positive_int,
         default=10,
         help="episodes to run and average, exactly (VMAS: one vectorized batch; PettingZoo: shared out "
         "between at most env.num_envs copies)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        metavar="N",
+        help="env.max_steps for the evaluation: episodes of at most N steps (VMAS, MPE) and the rollout's "
+        "length (classic games); default: the run's",
     )
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")

@@ -20,6 +20,7 @@ figure everywhere. One seed rule: the evaluation envs are built and reseeded fro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -43,13 +44,25 @@ class EvalResult:
     """Mean return per group over ``episodes`` completed episodes, and each episode's return.
 
     ``per_episode[group]`` lists the counted episodes' returns (mean over the group's agents), in
-    the order they ended; the groups' lists are aligned (episodes end for every group at once). When
-    no episode ended (``episodes == 0``), ``returns`` is the return so far and ``per_episode`` empty.
+    the order they ended; the groups' lists are aligned (episodes end for every group at once).
+    ``steps``: how many steps each env copy ran. When no episode ended within them (``episodes == 0``),
+    there is no return: ``returns`` and ``per_episode`` are empty and ``partial_returns`` holds the
+    return so far of the unfinished episodes (never to be reported as an episode's return).
     """
 
     returns: dict[str, float]
     episodes: int
     per_episode: dict[str, list[float]] = field(default_factory=dict)
+    steps: int = 0
+    partial_returns: dict[str, float] = field(default_factory=dict)
+
+    def no_episode_message(self) -> str:
+        """One line for an evaluation that finished no episode."""
+        return (
+            f"no episode finished within {self.steps} steps per env copy (the evaluation stops after "
+            "(episodes per copy + 1) x max_steps): nothing to report; give a longer cap (env.max_steps, or "
+            "marl-ppo eval --max-steps)"
+        )
 
 
 @torch.no_grad()
@@ -80,7 +93,9 @@ def evaluate(
         td = env.reset()
         if callback is not None:
             callback(env, td)
+        steps = 0
         for _ in range((int(quota.max()) + 1) * max_steps):
+            steps += 1
             td = policy(td) if policy is not None else env.rand_action(td)
             td, td_next = env.step_and_maybe_reset(td)
             nxt = td.get("next")
@@ -97,10 +112,13 @@ def evaluate(
             if callback is not None:  # as torchrl's rollout: not after the last step
                 callback(env, td)
             td = td_next
-    if n == 0:  # no episode ended: report the return so far
-        return EvalResult({g: nxt.get(keys[g]).mean().item() for g in groups}, 0)
+    if n == 0:  # no episode ended: no return, only what the unfinished episodes had so far
+        return EvalResult({}, 0, steps=steps, partial_returns={g: nxt.get(keys[g]).mean().item() for g in groups})
     return EvalResult(
-        {g: (totals[g] / n).item() for g in groups}, n, {g: torch.cat(counted[g]).tolist() for g in groups}
+        {g: (totals[g] / n).item() for g in groups},
+        n,
+        {g: torch.cat(counted[g]).tolist() for g in groups},
+        steps=steps,
     )
 
 
@@ -111,13 +129,28 @@ class Evaluator:
     policy's recurrent state entries and moved to ``train.device``, and reseeded from
     ``train.seed + EVAL_SEED_OFFSET`` before every call, so every evaluation plays the same episodes;
     building and running them leaves the training's random streams as they were. ``env_fn`` builds
-    the env instead of ``cfg.env`` (a notebook's factory).
+    the env instead of ``cfg.env`` (a notebook's factory); ``max_steps`` stands for ``env.max_steps``
+    in the evaluation (the episodes' cap where the env has one, and the rollout's length).
     """
 
     def __init__(
-        self, cfg: Config, policy, groups: Sequence[str], *, episodes: int, env_fn: EnvFactory | None = None
+        self,
+        cfg: Config,
+        policy,
+        groups: Sequence[str],
+        *,
+        episodes: int,
+        env_fn: EnvFactory | None = None,
+        max_steps: int | None = None,
     ) -> None:
+        if episodes < 1:
+            raise ValueError(f"an evaluation needs episodes >= 1, got {episodes}")
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"an evaluation needs max_steps >= 1, got {max_steps}")
+        if max_steps is not None:  # the evaluation's episodes (VMAS, MPE) and its rollout are capped at it
+            cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, max_steps=max_steps))
         self.cfg, self.policy, self.groups, self.episodes, self.env_fn = cfg, policy, list(groups), episodes, env_fn
+        self.max_steps = cfg.env.max_steps
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
 
@@ -131,7 +164,7 @@ class Evaluator:
                 self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
             self.env.set_seed(self.seed)
             return evaluate(
-                self.policy, self.env, cfg.env.max_steps, self.groups, episodes=self.episodes, callback=callback
+                self.policy, self.env, self.max_steps, self.groups, episodes=self.episodes, callback=callback
             )
 
     def close(self) -> None:

@@ -85,7 +85,7 @@ class Trainer:
         self._last_eval: dict[str, float] = {}
         self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
         self._saved_iteration: int | None = None
-        self._stop_requested = self._warned_unseeded = False
+        self._stop_requested = self._warned_unseeded = self._warned_no_episode = False
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._config_yaml = to_yaml(cfg)
         self._resume = resume_point(self.run_dir, cfg, self.state) if resume else None
@@ -229,6 +229,9 @@ class Trainer:
         if recorder is not None:
             video = recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
             self.logger.log_file("eval/video", video, self.frames)
+        if result.episodes == 0 and not self._warned_no_episode:  # nothing to log as a return
+            self._warned_no_episode = True
+            print(f"marl-ppo: evaluation at iteration {self.iteration}: {result.no_episode_message()}", file=sys.stderr)
         self._last_eval_iteration = self.iteration
         self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
         self._last_eval["eval/episodes"] = result.episodes

@@ -65,7 +65,7 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
         result = evaluator()
     finally:
         evaluator.close()
-    per_group = result.per_episode or {g: [r] for g, r in result.returns.items()}
+    per_group = result.per_episode or {g: [r] for g, r in result.partial_returns.items()}
     metrics = {f"{g}_return": list(v) for g, v in per_group.items()}
     metrics["return"] = [sum(values) / len(values) for values in zip(*per_group.values())]
     return metrics

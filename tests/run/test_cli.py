@@ -263,3 +263,55 @@ def test_help_imports_no_torch(argv):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_eval_matches_the_runs_own_final_evaluation(trained_run, capsys):
+    """One evaluation: `marl-ppo eval RUN --episodes N` with the run's log.eval_episodes gives the final
+    evaluation the run logged (the same envs, seed rule and episode count)."""
+    capsys.readouterr()
+    assert main(["eval", str(trained_run), "--episodes", "2"]) == 0  # the tiny runs' log.eval_episodes
+    data = json.loads(capsys.readouterr().out)
+    logged = json.loads((trained_run / "summary.json").read_text())
+    assert data["episodes"] == logged["eval/episodes"] == 2
+    assert data["episode_reward"]["agents"] == logged["eval/agents/episode_reward"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_eval_refuses_a_bad_episode_count_in_one_line(trained_run, capsys, value):
+    with pytest.raises(SystemExit) as info:
+        main(["eval", str(trained_run), "--episodes", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --episodes: expected an integer >= 1" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_an_evaluation_that_finishes_no_episode_says_so_and_reports_no_return(tmp_path, capsys):
+    """Tic-tac-toe games last 5 to 9 moves; with env.max_steps=1 (for classic games, only the evaluation's
+    length: 2 steps for 1 episode) no game ends. Training says so once, logs no eval return (only
+    eval/episodes = 0); `marl-ppo eval` says so and exits 1; with --max-steps long enough it counts the game."""
+    run = tmp_path / "ttt"
+    tiny = [
+        *PZ_TINY,
+        "env.kwargs={}",
+        "env.num_envs=2",
+        "train.frames_per_batch=20",
+        "train.total_frames=40",
+        "env.max_steps=1",
+        "log.eval_episodes=1",
+        "log.eval_every=1",
+    ]
+    capsys.readouterr()
+    assert main(["train", str(ROOT / "configs" / "tictactoe.yaml"), *tiny, f"log.root={tmp_path}", "log.name=ttt"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("no episode finished within 2 steps per env copy") == 1
+    scalars = read_scalars(run)
+    assert not [m for m in scalars if m.startswith("eval/") and m.endswith("/episode_reward")]
+    assert [v for _, v in scalars["eval/episodes"]] == [0.0, 0.0]
+    assert not [k for k in json.loads((run / "summary.json").read_text()) if k.endswith("/episode_reward")]
+    assert main(["eval", str(run), "--episodes", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "no episode finished within 2 steps per env copy" in captured.err and "--max-steps" in captured.err
+    assert captured.out == ""  # no JSON with a return
+    assert main(["eval", str(run), "--episodes", "1", "--max-steps", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 1
