@@ -47,7 +47,7 @@ class LossConfig:
 
     Attributes:
         algorithm: ``mappo`` (centralised critic), ``ippo`` (decentralised) or ``clip_ppo``.
-        clip_epsilon: PPO ratio clip.
+        clip_epsilon: PPO ratio clip, in (0, 1): the ratio is clipped to [1 - eps, 1 + eps].
         entropy_coeff: entropy bonus weight for every head of every group.
         head_entropy_coeff: per-head weights by short head name (``{move: 0.0, comm: 0.01}``)
             or ``group:head`` for one group; other heads keep ``entropy_coeff``.
@@ -94,6 +94,10 @@ class LossConfig:
         choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
         choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
         positive("loss.clip_epsilon", self.clip_epsilon)
+        if not self.clip_epsilon < 1.0:  # the ratio's clip range [1 - eps, 1 + eps] would reach 0: log(0)
+            raise ConfigError(
+                f"loss.clip_epsilon must be < 1 (the ratio is clipped to [1 - eps, 1 + eps]), got {self.clip_epsilon!r}"
+            )
         unit_interval("loss.gamma", self.gamma)
         unit_interval("loss.lmbda", self.lmbda)
         at_least("loss.critic_coeff", self.critic_coeff, 0)
@@ -422,6 +426,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     except OmegaConfBaseException as err:
         msg = str(err).split("\n")[0]
         key = getattr(err, "full_key", None)
+        default = OmegaConf.select(schema, key) if key else None
+        if key and "is not a ListConfig" in msg and default is not None:  # a list key given one value
+            example = f"[{', '.join(str(v) for v in default)}]" if len(default) else "[...]"
+            raise ConfigError(f"bad config value for {key!r}: expected a list, e.g. {key}={example}") from None
         raise ConfigError(f"bad config value{f' for {key!r}' if key else ''}: {msg}") from None
     assert isinstance(cfg, Config)
     cfg.check_devices()

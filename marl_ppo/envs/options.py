@@ -71,6 +71,14 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
+        glued = [k for k, v in self.kwargs.items() if v is None and ":" in str(k)]
+        if glued:  # YAML reads {horizon:10} as the key "horizon:10" with no value
+            key = glued[0]
+            name, _, value = str(key).partition(":")
+            raise ConfigError(
+                f"env.kwargs has the key {key!r} with no value: YAML needs a space after the colon "
+                f"({{{name}: {value}}}, not {{{key}}})"
+            )
         if self.factory is not None and self.kind != "custom":
             raise ConfigError(
                 f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom"

@@ -35,7 +35,7 @@ from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs
 from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
-from marl_ppo.run.checkpoints import load_checkpoint
+from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
 
 __all__ = [
     "Parts",
@@ -183,7 +183,16 @@ def load_policy(
     if device is not None:
         cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
     cfg.check_devices()
-    state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
+    try:
+        state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
+    except CheckpointError as err:  # name the checkpoint that would do, as --resume would fall back to it
+        usable = _usable_checkpoint(run_dir / "checkpoints", skip=checkpoint)
+        hint = (
+            f"; the newest usable checkpoint is {usable}: evaluate it with --checkpoint {usable}"
+            if usable
+            else "; no other checkpoint of the run loads"
+        )
+        raise CheckpointError(f"{err}{hint}") from None
     parts = build(cfg, env_fn=env_fn)
     parts.router.load_state_dict(state["router"])
     return cfg, parts
@@ -210,3 +219,16 @@ def record_factory(cfg: Config, env_fn: EnvFactory | None) -> Config:
     # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
     kwargs = cfg.env.kwargs if cfg.env.kind == "custom" else {}
     return replace(cfg, env=replace(cfg.env, kind="custom", factory=path, kwargs=kwargs))
+
+
+def _usable_checkpoint(ckpt_dir: Path, skip: str) -> str | None:
+    """The name of the newest checkpoint in ``ckpt_dir`` other than ``skip`` that loads, or ``None``."""
+    for path in checkpoint_candidates(ckpt_dir):
+        if path.name == skip:
+            continue
+        try:
+            load_checkpoint(path)
+        except CheckpointError:
+            continue
+        return path.name
+    return None

@@ -71,8 +71,17 @@ def plot_runs(run_dirs: list[str | Path], out_dir: str | Path, metrics: list[str
     """Writes learning-curve PNGs for one or several runs; returns the files written.
 
     ``metrics``: names or glob patterns of logged metrics for ``metrics.png`` (a pattern that
-    matches nothing is an error naming the metrics that exist).
+    matches nothing is an error naming the metrics that exist). A directory that does not exist or
+    holds no logged metrics is refused (``FileNotFoundError``) before anything is written.
     """
+    for r in run_dirs:  # nothing is created for a directory that holds no run's logs
+        if not Path(r).is_dir():
+            raise FileNotFoundError(f"{r} is not a run directory (it does not exist)")
+        if not any((Path(r) / "logs" / "scalars").rglob("*.csv")):
+            raise FileNotFoundError(
+                f"{r} holds no logged metrics (no logs/scalars/**.csv): not a run directory "
+                "written by marl-ppo train, or a run stopped before its first iteration"
+            )
     runs = {Path(r).name: read_scalars(r) for r in run_dirs}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -315,3 +315,15 @@ def test_an_evaluation_that_finishes_no_episode_says_so_and_reports_no_return(tm
     assert captured.out == ""  # no JSON with a return
     assert main(["eval", str(run), "--episodes", "1", "--max-steps", "20"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 1
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_plot_refuses_a_directory_without_a_run_and_writes_nothing(tmp_path, capsys, make):
+    target = tmp_path / "not-a-run"
+    if make == "empty":
+        target.mkdir()
+    assert main(["plot", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert str(target) in err and ("does not exist" in err or "holds no logged metrics" in err)
+    assert not (target / "plots").exists()
+    assert target.exists() == (make == "empty")

@@ -75,6 +75,10 @@ BAD = [
     (["loss.value_norm=batch"], ["loss.value_norm", "'none', 'running', 'popart'", "'batch'"]),
     (["loss.popart_beta=1.0"], ["loss.popart_beta", "(0, 1)", "1.0"]),
     (["env.time_limit=truncated"], ["env.time_limit", "'truncate', 'terminate'", "'truncated'"]),
+    (["loss.clip_epsilon=5"], ["loss.clip_epsilon", "< 1", "5.0"]),
+    (["loss.clip_epsilon=1"], ["loss.clip_epsilon", "< 1", "1.0"]),
+    (["model.hidden=64"], ["model.hidden", "expected a list, e.g. model.hidden=[256, 256]"]),
+    (["env.kwargs={horizon:10}"], ["env.kwargs", "'horizon:10'", "space after the colon", "{horizon: 10}"]),
 ]
 if not torch.cuda.is_available():
     BAD += [
