@@ -7,8 +7,7 @@ GroupRouter`` works as usual.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from marl_ppo.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -29,16 +28,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'marl_ppo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

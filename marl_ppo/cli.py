@@ -23,8 +23,7 @@ __all__ = ["main", "build_parser"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marl_ppo.config import load_config
-    from marl_ppo.run.trainer import Trainer
+    from marl_ppo.config import load_config  # light: a bad config is refused before torch is loaded
 
     overrides = list(args.overrides)
     config = args.config
@@ -42,9 +41,13 @@ def _train(args: argparse.Namespace) -> int:
         if not (run_dir / "config.yaml").exists():
             raise FileNotFoundError(f"cannot resume: {run_dir} has no config.yaml")
         cfg = load_config(run_dir / "config.yaml", overrides)
+        from marl_ppo.run.trainer import Trainer
+
         trainer = Trainer(cfg, run_dir=run_dir, resume=True)
     else:
         cfg = load_config(config, overrides)
+        from marl_ppo.run.trainer import Trainer
+
         trainer = Trainer(cfg)
     print(f"run directory: {trainer.run_dir}")
     print(trainer.parts.reward_table)

@@ -22,6 +22,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.options import ConfigError, at_least, choice, device_option, positive, unit_interval
@@ -107,32 +108,6 @@ class LossConfig:
             at_least(f"loss.head_entropy_coeff.{head}", coeff, 0)
         for group, weight in self.group_weights.items():
             at_least(f"loss.group_weights.{group}", weight, 0)
-
-
-@dataclass
-class CollectorConfig:
-    """How experience is collected (torchrl's collectors; see ``marl_ppo/collect/collectors.py``).
-
-    Attributes:
-        backend: ``direct`` (one collector in this process), ``process`` (``num_collectors``
-            worker processes, torchrl's ``MultiSyncCollector``) or ``ray`` (``num_collectors``
-            Ray actors, torchrl's ``RayCollector``, on the cluster at ``RAY_ADDRESS`` or a local one).
-        num_collectors: workers for ``process`` and ``ray``; ``env.num_envs`` and
-            ``train.frames_per_batch`` are split evenly between them (1 for ``direct``).
-    """
-
-    backend: str = "direct"
-    num_collectors: int = 1
-
-    def __post_init__(self) -> None:
-        choice("train.collector.backend", self.backend, ("direct", "process", "ray"))
-        if self.num_collectors < 1:
-            raise ConfigError(f"train.collector.num_collectors must be >= 1, got {self.num_collectors}")
-        if self.backend == "direct" and self.num_collectors != 1:
-            raise ConfigError(
-                f"train.collector.num_collectors must be 1 with backend 'direct', "
-                f"got {self.num_collectors} (use backend 'process' or 'ray')"
-            )
 
 
 @dataclass

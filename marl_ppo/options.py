@@ -40,7 +40,10 @@ def unit_interval(name: str, value: float) -> None:
 
 
 def device_option(name: str, value: str) -> None:
-    """A device string torch can parse, present on this machine (imports torch only when asked)."""
+    """A device string torch can parse, present on this machine (imports torch only for another device than
+    the CPU, so that a config is checked without loading it)."""
+    if value == "cpu":
+        return
     import torch
 
     try:

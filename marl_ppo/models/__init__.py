@@ -6,25 +6,24 @@ distributions), :mod:`~marl_ppo.models.mlp` (agent MLPs), :mod:`~marl_ppo.models
 :mod:`~marl_ppo.models.builder` (all of them from the config). The router sees actors and critics only.
 """
 
-from marl_ppo.models.actor import build_actor
-from marl_ppo.models.builder import build_models
-from marl_ppo.models.critic import build_critic, build_global_critic, value_norms
-from marl_ppo.models.distributions import Head, MultiCategorical, StableTanhNormal, action_heads
-from marl_ppo.models.mlp import SharedAgentMLP, agent_mlp
-from marl_ppo.models.modules import TensorOutModule, group_network
+from marl_ppo.lazy import lazy_exports
 
-__all__ = [
-    "build_models",
-    "build_global_critic",
-    "value_norms",
-    "Head",
-    "action_heads",
-    "build_actor",
-    "build_critic",
-    "group_network",
-    "SharedAgentMLP",
-    "agent_mlp",
-    "TensorOutModule",
-    "StableTanhNormal",
-    "MultiCategorical",
-]
+# public name -> module that defines it (imported on first use: the options load no torch)
+_EXPORTS = {
+    "build_models": "marl_ppo.models.builder",
+    "build_actor": "marl_ppo.models.actor",
+    "build_critic": "marl_ppo.models.critic",
+    "build_global_critic": "marl_ppo.models.critic",
+    "value_norms": "marl_ppo.models.critic",
+    "Head": "marl_ppo.models.distributions",
+    "action_heads": "marl_ppo.models.distributions",
+    "StableTanhNormal": "marl_ppo.models.distributions",
+    "MultiCategorical": "marl_ppo.models.distributions",
+    "SharedAgentMLP": "marl_ppo.models.mlp",
+    "agent_mlp": "marl_ppo.models.mlp",
+    "TensorOutModule": "marl_ppo.models.modules",
+    "group_network": "marl_ppo.models.modules",
+    "ModelConfig": "marl_ppo.models.options",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

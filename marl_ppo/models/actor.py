@@ -57,7 +57,7 @@ def build_actor(
     n_out = sum(h.n_params for h in heads)
     obs_key, trunk, spec = group.observation_keys[0], None, model_kind(kind)
     if spec.trunk is not None:
-        trunk, obs_key = spec.trunk(
+        trunk, obs_key = spec.build_trunk(
             group,
             role="actor",
             hidden=hidden,

@@ -111,7 +111,7 @@ def _trunk_critic(
     popart_beta: float,
     rnn_hidden: int,
 ) -> TensorDictModule:
-    trunk, features = model_kind(kind).trunk(
+    trunk, features = model_kind(kind).build_trunk(
         group,
         role="critic",
         hidden=hidden,

@@ -6,8 +6,8 @@ or the value directly); ``gru`` and ``lstm`` are an MLP followed by a recurrent 
 (:func:`~marl_ppo.models.recurrent.recurrent_trunk`). Adding a kind is one file with its trunk
 function and one line here:
 
-* ``trunk(group, *, role, hidden, activation, rnn_hidden, share_params, centralized, device)``
-  returns ``(module, features_key)``: a tensordict module writing ``features_key``
+* ``trunk`` names a function ``(group, *, role, hidden, activation, rnn_hidden, share_params,
+  centralized, device) -> (module, features_key)``: a tensordict module writing ``features_key``
   ``[*B, n_agents, rnn_hidden]``, which a linear layer per head (or value) then reads;
 * ``recurrent``: the trunk keeps a hidden state per agent (the update replays ``seq_len``-step
   chunks, the env is primed with the state entries, ``train.compile`` is refused);
@@ -20,29 +20,35 @@ function and one line here:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
-
-from marl_ppo.models.recurrent import recurrent_trunk
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["ModelKind", "MODEL_KINDS", "model_kind"]
 
 
 @dataclass(frozen=True)
 class ModelKind:
-    """One model kind (see the module docstring)."""
+    """One model kind (see the module docstring); ``trunk`` is ``"module:function"`` (imported on first
+    use, so that the options can list the kinds without loading torch), ``trunk_kwargs`` its fixed arguments."""
 
     name: str
-    trunk: Callable | None
+    trunk: str | None
     recurrent: bool
     bundleable: bool
+    trunk_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def build_trunk(self, group, **kwargs):
+        """``(module, features_key)``: this kind's trunk for ``group`` (see the module docstring)."""
+        module, _, name = self.trunk.partition(":")
+        return getattr(importlib.import_module(module), name)(group, **self.trunk_kwargs, **kwargs)
 
 
+_RNN = "marl_ppo.models.recurrent:recurrent_trunk"
 MODEL_KINDS: dict[str, ModelKind] = {
     "mlp": ModelKind("mlp", trunk=None, recurrent=False, bundleable=True),
-    "gru": ModelKind("gru", trunk=partial(recurrent_trunk, kind="gru"), recurrent=True, bundleable=False),
-    "lstm": ModelKind("lstm", trunk=partial(recurrent_trunk, kind="lstm"), recurrent=True, bundleable=False),
+    "gru": ModelKind("gru", trunk=_RNN, recurrent=True, bundleable=False, trunk_kwargs={"kind": "gru"}),
+    "lstm": ModelKind("lstm", trunk=_RNN, recurrent=True, bundleable=False, trunk_kwargs={"kind": "lstm"}),
 }
 
 

@@ -128,3 +128,17 @@ def test_reward_terms_from_python_name_what_is_wrong(make, words):
 def test_python_and_dict_forms_accept_the_same_rows():
     assert RewardTable({"a": "own"}) == RewardTable.from_dict({"a": "own"}) == RewardTable({"a": [own(1.0)]})
     assert RewardTable({"a": [{"own": 0.5}]}) == RewardTable.from_dict({"a": [{"own": 0.5}]})
+
+
+def test_a_refused_config_is_refused_before_torch_is_loaded():
+    """Config errors come before the heavy imports (torch, torchrl, the envs): in well under a second."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from marl_ppo.cli import main; rc = main(['train', 'loss.gamma=5']); "
+        "assert rc == 1, rc; assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "ConfigError" in proc.stderr and "loss.gamma" in proc.stderr
