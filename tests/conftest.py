@@ -50,13 +50,14 @@ def ray_cluster():
 def tiny_config():
     """``tiny_config(path=None, overrides=None)``: VMAS navigation with 2 agents (or ``path``'s config),
     4 envs x 10 steps a batch (``tiny_config.fpb`` frames), two iterations, a 16-unit MLP, a checkpoint
-    every iteration, no evaluation, no plots; ``overrides`` applied last."""
+    every iteration, no evaluation, no plots; ``overrides`` applied last. ``tiny_config.overrides``: the
+    same as ``key=value`` strings, for the command line."""
     from marl_ppo.config import load_config
 
     def make(path=None, overrides=None):
         return load_config(path, overrides=TINY + list(overrides or []))
 
-    make.fpb = TINY_FPB
+    make.fpb, make.overrides = TINY_FPB, list(TINY)
     return make
 
 

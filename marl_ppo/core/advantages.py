@@ -42,15 +42,7 @@ __all__ = ["group_estimator", "critic_values", "compute_advantages", "check_trai
 def group_estimator(keys: GroupKeys, *, gamma: float, lmbda: float) -> MultiAgentGAE:
     """A group's ``MultiAgentGAE`` on its own keys, reading the values :func:`critic_values` wrote."""
     estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
-    estimator.set_keys(
-        advantage=keys.advantage,
-        value_target=keys.value_target,
-        value=keys.value,
-        reward=keys.reward,
-        done=keys.done,
-        terminated=keys.terminated,
-        sample_log_prob=keys.log_prob,
-    )
+    estimator.set_keys(**keys.value_keys(), sample_log_prob=keys.log_prob)
     return estimator
 
 

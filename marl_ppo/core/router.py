@@ -190,14 +190,7 @@ class GroupRouter(nn.Module):
             **self._loss_kwargs,
             **extra,
         )
-        loss.set_keys(
-            value=keys.value,
-            advantage=keys.advantage,
-            value_target=keys.value_target,
-            reward=keys.reward,
-            done=keys.done,
-            terminated=keys.terminated,
-        )
+        loss.set_keys(**keys.value_keys())
         if not spec.is_composite_action:
             loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
         return loss

@@ -68,6 +68,18 @@ class GroupKeys:
     def for_group(cls, group: str, mask: NestedKey | None = None) -> "GroupKeys":
         return cls(group=group, **{name: (group, entry) for name, entry in cls.NAMES.items()}, mask=mask)
 
+    def value_keys(self) -> dict[str, NestedKey]:
+        """What torchrl's PPO losses and value estimators take through ``set_keys``: value, advantage,
+        value target, and the training reward, done and terminated."""
+        return {
+            "value": self.value,
+            "advantage": self.advantage,
+            "value_target": self.value_target,
+            "reward": self.reward,
+            "done": self.done,
+            "terminated": self.terminated,
+        }
+
 
 # Entries under a group's observation spec that are not inputs to the policy.
 _NON_INPUT_OBS = frozenset({"info", "mask", "action_mask", GroupKeys.NAMES["episode_reward"]})

@@ -26,29 +26,14 @@ from marl_ppo.run.logger import read_scalars
 
 pytestmark = pytest.mark.slow  # whole (tiny) runs
 
-FPB = 40
-TINY = [
-    "env.num_envs=4",
-    "env.max_steps=10",
-    "env.kwargs.n_agents=2",
-    f"train.frames_per_batch={FPB}",
-    f"train.total_frames={2 * FPB}",
-    "train.num_epochs=1",
-    "train.minibatch_size=20",
-    "train.num_threads=1",
-    "model.hidden=[16]",
-    "log.eval_every=0",
-    "log.eval_episodes=2",
-    "log.checkpoint_every=1",
-    "log.progress=false",
-    "log.plot=false",
-]
+FPB = 40  # the tiny config's frames per batch (tests/conftest.py: tiny_config)
 
 
 @pytest.fixture
-def run(tmp_path) -> Path:
-    """A finished 2-iteration run, checkpointed at every iteration."""
-    assert main(["train", *TINY, f"log.root={tmp_path}", "log.name=run"]) == 0
+def run(tmp_path, tiny_config) -> Path:
+    """A finished 2-iteration run of the tiny config, checkpointed at every iteration."""
+    assert tiny_config.fpb == FPB
+    assert main(["train", *tiny_config.overrides, f"log.root={tmp_path}", "log.name=run"]) == 0
     return tmp_path / "run"
 
 
