@@ -52,15 +52,21 @@ def make_vmas(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.d
     kwargs = dict(cfg.kwargs)
     if cfg.multidiscrete_actions:
         kwargs["multidiscrete_actions"] = True
-    env = VmasEnv(
-        cfg.scenario,
-        num_envs=num_envs,
-        continuous_actions=cfg.continuous_actions,
-        max_steps=cfg.max_steps if cfg.time_limit == "terminate" else None,
-        device=device or cfg.device,
-        seed=seed,
-        **kwargs,
-    )
+    try:
+        env = VmasEnv(
+            cfg.scenario,
+            num_envs=num_envs,
+            continuous_actions=cfg.continuous_actions,
+            max_steps=cfg.max_steps if cfg.time_limit == "terminate" else None,
+            device=device or cfg.device,
+            seed=seed,
+            **kwargs,
+        )
+    except (AssertionError, IndexError, KeyError, TypeError, ValueError) as err:  # VMAS's own checks say little
+        raise ConfigError(
+            f"building VMAS scenario {cfg.scenario!r} with env.kwargs={dict(cfg.kwargs)} failed: "
+            f"{type(err).__name__}: {str(err) or '(no message: a check of the scenario failed)'}"
+        ) from err
     _pin_simulator_attributes(env)
     transforms = []
     if cfg.comm:

@@ -79,6 +79,7 @@ BAD = [
     (["loss.clip_epsilon=1"], ["loss.clip_epsilon", "< 1", "1.0"]),
     (["model.hidden=64"], ["model.hidden", "expected a list, e.g. model.hidden=[256, 256]"]),
     (["env.kwargs={horizon:10}"], ["env.kwargs", "'horizon:10'", "space after the colon", "{horizon: 10}"]),
+    (["env.kwargs={n_agents: -3}"], ["VMAS scenario 'navigation'", "env.kwargs={'n_agents': -3}", "AssertionError"]),
 ]
 if not torch.cuda.is_available():
     BAD += [
@@ -142,3 +143,20 @@ def test_a_refused_config_is_refused_before_torch_is_loaded():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "ConfigError" in proc.stderr and "loss.gamma" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("- a\n- b\n", ["holds a list", "not a mapping of sections such as env:"]),
+        ("name: s\ntasks: [navigation.yaml]\nseeds: [0]\n", ["is a suite file", "marl-ppo suite"]),
+    ],
+    ids=["a list", "a suite file"],
+)
+def test_a_file_that_is_not_a_train_config_is_refused_in_one_line(tmp_path, capsys, text, words):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert main(["train", str(path), f"log.root={tmp_path / 'runs'}"]) == 1
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and all(w in err for w in words), err
+    assert not (tmp_path / "runs").exists()
