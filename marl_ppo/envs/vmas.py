@@ -8,6 +8,12 @@
 
 from __future__ import annotations
 
+import ast
+import difflib
+import inspect
+import re
+import warnings
+
 import torch
 from torchrl.envs import Compose, EnvBase, TransformedEnv
 
@@ -53,20 +59,23 @@ def make_vmas(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.d
     if cfg.multidiscrete_actions:
         kwargs["multidiscrete_actions"] = True
     try:
-        env = VmasEnv(
-            cfg.scenario,
-            num_envs=num_envs,
-            continuous_actions=cfg.continuous_actions,
-            max_steps=cfg.max_steps if cfg.time_limit == "terminate" else None,
-            device=device or cfg.device,
-            seed=seed,
-            **kwargs,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env = VmasEnv(
+                cfg.scenario,
+                num_envs=num_envs,
+                continuous_actions=cfg.continuous_actions,
+                max_steps=cfg.max_steps if cfg.time_limit == "terminate" else None,
+                device=device or cfg.device,
+                seed=seed,
+                **kwargs,
+            )
     except (AssertionError, IndexError, KeyError, TypeError, ValueError) as err:  # VMAS's own checks say little
         raise ConfigError(
             f"building VMAS scenario {cfg.scenario!r} with env.kwargs={dict(cfg.kwargs)} failed: "
             f"{type(err).__name__}: {str(err) or '(no message: a check of the scenario failed)'}"
         ) from err
+    _refuse_unused_kwargs(env, cfg.scenario, caught)
     _pin_simulator_attributes(env)
     transforms = []
     if cfg.comm:
@@ -76,6 +85,28 @@ def make_vmas(cfg: EnvConfig, *, seed: int, num_envs: int, device: str | torch.d
     if cfg.time_limit == "truncate":
         transforms.append(vmas_time_limit(cfg.max_steps))
     return TransformedEnv(env, Compose(*transforms)) if transforms else env
+
+
+_UNUSED = re.compile(r"Scenario kwargs: (\{.*\}) passed but not used by the scenario")
+
+
+def _refuse_unused_kwargs(env: EnvBase, scenario: str, caught: list) -> None:
+    """VMAS only warns about scenario kwargs its scenario never reads (a typo trains with the default):
+    refused here, with the scenario's own parameter names; other warnings are passed on."""
+    for w in caught:
+        found = _UNUSED.search(str(w.message))
+        if found is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        unused = sorted(ast.literal_eval(found.group(1)))
+        source = inspect.getsource(type(env._env.scenario).make_world)
+        known = sorted(set(re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']", source)))
+        hints = {k: difflib.get_close_matches(k, known, n=1) for k in unused}
+        close = "; ".join(f"{k!r}: did you mean {h[0]!r}?" for k, h in hints.items() if h)
+        raise ConfigError(
+            f"env.kwargs {unused} are not parameters of VMAS scenario {scenario!r}"
+            f"{' (' + close + ')' if close else ''}; it takes {known}"
+        )
 
 
 # Read by torchrl's VmasEnv on every step, from the simulator, through EnvBase.__getattr__.

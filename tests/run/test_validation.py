@@ -80,6 +80,11 @@ BAD = [
     (["model.hidden=64"], ["model.hidden", "expected a list, e.g. model.hidden=[256, 256]"]),
     (["env.kwargs={horizon:10}"], ["env.kwargs", "'horizon:10'", "space after the colon", "{horizon: 10}"]),
     (["env.kwargs={n_agents: -3}"], ["VMAS scenario 'navigation'", "env.kwargs={'n_agents': -3}", "AssertionError"]),
+    # a CLI dict is merged into the config's: the typo is refused, not carried along beside n_agents
+    (
+        ["env.kwargs={n_agentz: 3}"],
+        ["env.kwargs ['n_agentz']", "VMAS scenario 'navigation'", "did you mean 'n_agents'"],
+    ),
 ]
 if not torch.cuda.is_available():
     BAD += [
