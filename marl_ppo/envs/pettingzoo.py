@@ -149,12 +149,32 @@ def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: in
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
     module = importlib.import_module(f"mpe2.{task}")
+    _check_kwargs(task, getattr(module, "raw_env", None), kwargs)
     with _quiet_version_notice():
         return PettingZooWrapper(
             module.parallel_env(max_cycles=max_steps, continuous_actions=continuous, **kwargs),
             use_mask=True,
             seed=seed,
             categorical_actions=True,
+        )
+
+
+def _check_kwargs(task: str, ctor: Any, kwargs: dict) -> None:
+    """Refuses ``env.kwargs`` the env's constructor does not take, with its parameter names and the closest."""
+    try:
+        params = inspect.signature(ctor).parameters
+    except (TypeError, ValueError):  # no constructor to read: the env itself will say
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    known = sorted(n for n in params if n not in ("self", "render_mode", "max_cycles", "continuous_actions"))
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        close = {k: difflib.get_close_matches(k, known, n=1) for k in unknown}
+        hints = "; ".join(f"{k!r}: did you mean {c[0]!r}?" for k, c in close.items() if c)
+        raise ConfigError(
+            f"env.kwargs {unknown} are not parameters of PettingZoo task {task!r}"
+            f"{' (' + hints + ')' if hints else ''}; it takes {known}"
         )
 
 

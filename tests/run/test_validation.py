@@ -85,6 +85,10 @@ BAD = [
         ["env.kwargs={n_agentz: 3}"],
         ["env.kwargs ['n_agentz']", "VMAS scenario 'navigation'", "did you mean 'n_agents'"],
     ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.num_envs=2", "env.kwargs={NN: 3}"],
+        ["env.kwargs ['NN']", "PettingZoo task 'simple_spread_v3'", "did you mean 'N'"],
+    ),
 ]
 if not torch.cuda.is_available():
     BAD += [
