@@ -178,6 +178,12 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
                 f"the spec has {sorted(map(str, obs_spec.keys()))}"
             )
         group_obs = obs_spec[group]
+        if tuple(group_obs.shape[batch_ndim:]) != (len(agents),):
+            raise GroupSpecError(
+                f"group {group!r} ({len(agents)} agents): its observation spec has shape {list(group_obs.shape)}; "
+                f"a group's entries carry the agent dim after the env's batch dims: "
+                f"Composite(..., shape=(*batch, n_agents)) = {[*env.batch_size, len(agents)]}"
+            )
         obs_keys = tuple((group, k) for k in group_obs.keys() if k not in _NON_INPUT_OBS)
         if not obs_keys:
             raise GroupSpecError(f"group {group!r} has no observation to feed a policy")

@@ -523,3 +523,34 @@ def test_vmas_bad_tables_are_rejected(tag_env):
         RewardTable({"adversary": [own()], "agent": [signal("reward")]}).bind(groups, tag_env)
     with pytest.raises(RewardTableError, match=r"\['agent'\] have no row"):
         RewardTable({"adversary": [own()]}).bind(groups, tag_env)
+
+
+def test_a_group_without_its_agent_dim_is_refused_when_its_specs_are_read():
+    """torchrl's multi-agent layout: a group's sub-tensordict is [*B, n_agents]; without the agent dim the
+    losses would fail later on a shape (after the run directory exists). Refused at read_group_specs."""
+    from torchrl.data import Composite, Unbounded
+    from torchrl.envs import EnvBase
+
+    from marl_ppo import GroupSpecError, read_group_specs
+
+    class NoAgentDim(EnvBase):
+        def __init__(self):
+            super().__init__(batch_size=[4])
+            self.group_map = {"agents": ["a0", "a1"]}
+            self.observation_spec = Composite(
+                agents=Composite(observation=Unbounded((4, 2, 3)), shape=(4,)), shape=(4,)
+            )
+            self.action_spec = Composite(agents=Composite(action=Unbounded((4, 2, 1)), shape=(4,)), shape=(4,))
+            self.reward_spec = Composite(agents=Composite(reward=Unbounded((4, 2, 1)), shape=(4,)), shape=(4,))
+
+        def _reset(self, td=None):
+            raise NotImplementedError
+
+        def _step(self, td):
+            raise NotImplementedError
+
+        def _set_seed(self, seed):
+            pass
+
+    with pytest.raises(GroupSpecError, match=r"group 'agents' \(2 agents\).*shape \[4\].*\[4, 2\]"):
+        read_group_specs(NoAgentDim())
