@@ -101,12 +101,15 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
 def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     """``make(seed) -> EnvBase``: one wrapped copy of the env, checked where it can be here."""
     kwargs = dict(cfg.kwargs)
+    # a classic game's seats are rivals (rewards that sum to a constant): each its own group by default, so
+    # that each player's return is logged (one group of both players would log their zero-sum mean)
+    seats = "one_group_per_agent" if cfg.scenario.startswith(("classic/", "pettingzoo.classic.")) else None
     if "/" in cfg.scenario:
-        group_map_name = _pop_group_map(kwargs, default=None)
+        group_map_name = _pop_group_map(kwargs, default=seats)
         _registry_spec(cfg.scenario)
         return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs)
     if "." in cfg.scenario:
-        group_map_name = _pop_group_map(kwargs, default=None)
+        group_map_name = _pop_group_map(kwargs, default=seats)
         module = _import_env_module(cfg.scenario)
         return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs)
     if cfg.scenario in mpe_tasks():

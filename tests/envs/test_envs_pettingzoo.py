@@ -240,3 +240,16 @@ def test_registry_id_builds_the_same_env():
     assert td["next", "done"][:, -1].all()  # env.max_steps reached the game as max_cycles
     with pytest.raises(ConfigError, match=r"unknown PettingZoo registry id 'sisl/pursuit-v4'; did you mean"):
         make_env(load_config(overrides=["env.kind=pettingzoo", "env.scenario=sisl/pursuit-v4"]).env)
+
+
+@pytest.mark.parametrize("scenario", ["rps_v2", "classic/rps-v2", "pettingzoo.classic.rps_v2"])
+def test_a_classic_games_seats_are_their_own_groups_however_the_game_is_named(scenario):
+    """Rock-paper-scissors is zero-sum: its two players in one group `player` would log the mean of their
+    returns, exactly 0. Each seat is its own group by default (by short name, registry id or import path),
+    so each player's return is logged; `group_map: all_in_one_group` still puts them together."""
+    cfg = load_config(overrides=[*TINY, "env.kind=pettingzoo", f"env.scenario={scenario}", "env.kwargs={}"])
+    assert list(build(cfg).groups) == ["player_0", "player_1"]
+    together = load_config(
+        overrides=[*TINY, "env.kind=pettingzoo", f"env.scenario={scenario}", "env.kwargs={group_map: all_in_one_group}"]
+    )
+    assert list(build(together).groups) == ["agents"]
