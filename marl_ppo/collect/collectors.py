@@ -54,6 +54,7 @@ class BatchCollector(Protocol):
     """What the trainer needs of a collector: ``[envs, T]`` batches, weights sync, restart, shutdown."""
 
     description: str
+    declined: str | None  # why the lean VMAS path declined the env, where it did
 
     def __iter__(self) -> Iterator[TensorDictBase]: ...
 

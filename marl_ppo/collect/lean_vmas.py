@@ -11,15 +11,14 @@ collector steps the VMAS simulator (``env._env``) directly, calls each actor's o
 plain tensors, samples as torchrl's distribution does (for a TanhNormal with the same tensor ops),
 keeps each step's tensors in lists and stacks each key once per batch: about the floor's speed.
 
-It takes only the case it can reproduce exactly (:func:`lean_vmas_collector` returns ``None``
-otherwise, and :func:`~marl_ppo.collect.collectors.make_collector` uses torchrl's ``Collector``):
-a ``VmasEnv`` on the CPU with homogeneous groups and tensor observations, wrapped only in the ``RewardSum``
-that :func:`~marl_ppo.envs.make_env` adds (after the ``StepCounter`` of ``env.time_limit=truncate``,
-whose count, ``truncated`` and ``done`` it reproduces), and a policy whose actors are each a network
-followed by one non-composite distribution. Resets call the same VMAS methods as torchrl's
-wrapper in the same order, so VMAS's random stream, the global one (the policy's samples) and
-every key, shape, dtype and value match: ``tests/collect/test_collectors.py`` compares batches with
-torchrl's ``Collector`` over episode ends, partial resets and :meth:`LeanVmasCollector.restart`.
+It takes only the case it can reproduce exactly (else :func:`lean_vmas_collector` returns ``None``,
+:func:`lean_vmas_refusal` says why, and ``make_collector`` uses torchrl's ``Collector``): a ``VmasEnv`` on
+the CPU with homogeneous groups and tensor observations, wrapped only in the ``RewardSum`` that ``make_env``
+adds (after the ``StepCounter`` of ``env.time_limit=truncate``, whose count, ``truncated`` and ``done`` it
+reproduces), and a policy whose actors are each a network followed by one non-composite distribution.
+Resets call the same VMAS methods as torchrl's wrapper in the same order, so VMAS's random stream, the
+global one (the policy's samples) and every key, shape, dtype and value match: ``tests/collect/test_collectors.py``
+compares batches with torchrl's ``Collector`` over episode ends, partial resets and ``restart``.
 
 >>> from marl_ppo import GroupRouter, read_group_specs
 >>> from marl_ppo.envs import EnvConfig, make_env
@@ -224,6 +223,7 @@ class LeanVmasCollector:
     """
 
     description = "lean VMAS collector (direct, in this process)"
+    declined = None
 
     def __init__(
         self,

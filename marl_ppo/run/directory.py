@@ -45,8 +45,9 @@ def note(run_dir: Path, text: str) -> None:
 def record_collector(run_dir: Path, collector) -> str:
     """The collector a run got, as one line in its notes, with the reason the lean VMAS path declined
     where it did; returns the line's text (``summary.json`` keeps it too)."""
-    declined = getattr(collector, "declined", None)
-    text = collector.description + (f"; the lean VMAS collector declined: {declined}" if declined else "")
+    text = collector.description
+    if collector.declined:
+        text += f"; the lean VMAS collector declined: {collector.declined}"
     note(run_dir, f"collector: {text}")
     return text
 

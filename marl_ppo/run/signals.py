@@ -21,9 +21,9 @@ import signal
 import threading
 from types import FrameType
 
-__all__ = ["StopSignals", "RunInterrupted"]
+from marl_ppo.envs.workers import STOP_SIGNALS  # light: the envs package loads lazily
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+__all__ = ["StopSignals", "RunInterrupted"]
 
 
 class RunInterrupted(RuntimeError):
@@ -48,7 +48,7 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
-            for sig in _SIGNALS:
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
