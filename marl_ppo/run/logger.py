@@ -172,6 +172,16 @@ def _mlflow(run_dir: Path, cfg: "MlflowConfig", exp_name: str):
     if uri.startswith("file:"):
         # MLflow 3 refuses a file store unless asked: it is what a run directory can hold by itself
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(cfg.experiment) is None:
+        # created here, not by torchrl's logger: torchrl sets a file store's artifact location to the
+        # store's root, where MLflow's own client then reads each run's artifacts as a malformed
+        # experiment. Created by MLflow, artifacts live inside their experiment's folder.
+        try:
+            mlflow.create_experiment(cfg.experiment)
+        except mlflow.exceptions.MlflowException:  # another run of a suite created it meanwhile
+            if mlflow.get_experiment_by_name(cfg.experiment) is None:
+                raise
     logger = MLFlowLogger(cfg.experiment, tracking_uri=uri)
     _ = logger.experiment  # starts the run
     mlflow.set_tag("mlflow.runName", exp_name)

@@ -12,7 +12,10 @@ the last checkpoint stays. The diagnostics plot and ``marl-ppo plot --metric`` d
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,6 +141,25 @@ def test_mlflow_store_holds_params_metrics_and_artifacts(shared_run, monkeypatch
     assert {"plots/returns.png", "plots/diagnostics.png"} <= artifacts
     videos = [a.path for a in client.list_artifacts(run.info.run_id, "eval")]
     assert videos and all(v.endswith(".gif") for v in videos)
+
+
+@pytest.mark.slow
+def test_mlflow_cli_lists_the_store_without_a_malformed_experiment(shared_run):
+    """``mlflow experiments search`` / ``runs list`` read the store as MLflow laid it out (issue 22)."""
+    env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true"}
+    env["MLFLOW_TRACKING_URI"] = (shared_run / "mlflow").resolve().as_uri()
+    mlflow_cli = [sys.executable, "-m", "mlflow"]
+    search = subprocess.run([*mlflow_cli, "experiments", "search"], env=env, capture_output=True, text=True)
+    assert search.returncode == 0, search.stderr
+    assert "Malformed" not in search.stderr and "Traceback" not in search.stderr, search.stderr
+    (line,) = [ln for ln in search.stdout.splitlines() if " marl_ppo " in ln]
+    experiment_id = line.split()[0]
+    runs = subprocess.run(
+        [*mlflow_cli, "runs", "list", "--experiment-id", experiment_id], env=env, capture_output=True, text=True
+    )
+    assert runs.returncode == 0 and "navigation-mappo-seed0" in runs.stdout, runs.stderr
+    # nothing at the store's root but its experiments (a folder with meta.yaml) and MLflow's trash
+    assert all((p / "meta.yaml").exists() or p.name == ".trash" for p in (shared_run / "mlflow").iterdir())
 
 
 # -- TensorBoard -----------------------------------------------------------------------------------
