@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence
@@ -19,7 +20,7 @@ from marl_ppo.suite.local_launcher import run_in_processes
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
 from marl_ppo.suite.ray_launcher import run_on_ray
-from marl_ppo.suite.slurm_launcher import run_on_slurm
+from marl_ppo.suite.slurm_launcher import check_slurm, run_on_slurm
 from marl_ppo.suite.spec import Job, Suite, SuiteError, plan
 
 JSON_NAME, PLOT_NAME = "marl_eval.json", "returns.png"
@@ -64,6 +65,18 @@ def _already_done(job: Job) -> bool:
     except (OSError, ValueError, KeyError, yaml.YAMLError):
         return False
     return done and same
+
+
+def _writable(out_dir: Path) -> Path:
+    """``out_dir``, created; refused in one line when it cannot be created or written to."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out_dir).close()
+    except OSError as err:
+        raise SuiteError(
+            f"cannot write the suite's results in {out_dir} ({err.strerror}): choose a writable folder with --out"
+        ) from err
+    return out_dir
 
 
 def _run_jobs(
@@ -125,9 +138,10 @@ def run_suite(
         suite = Suite.load(suite)
     if workers is not None:
         suite = suite.replace(workers=workers)
+    if launcher == "slurm":
+        check_slurm(suite.slurm)
     jobs = plan(suite, out=out, overrides=overrides, remote=launcher != "local")
-    out_dir = Path(out if out is not None else suite.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _writable(Path(out if out is not None else suite.out).resolve())
     results: list[Optional[RunResult]] = [None] * len(jobs)
     todo = []
     for i, job in enumerate(jobs):

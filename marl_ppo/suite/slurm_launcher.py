@@ -18,7 +18,7 @@ from typing import Any, Callable
 from marl_ppo.suite.jobs import RunResult, execute, record_failure
 from marl_ppo.suite.spec import Job, SlurmSpec, SuiteError
 
-__all__ = ["run_on_slurm", "executor_parameters"]
+__all__ = ["run_on_slurm", "check_slurm", "executor_parameters"]
 
 
 def _array_job(job_record: dict[str, Any]) -> dict[str, Any]:
@@ -48,12 +48,24 @@ def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
     return params
 
 
-def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable[[str], None]) -> list[RunResult]:
-    """Submits ``jobs`` (already prepared in ``out_dir``) as one job array; their results in job order."""
+def check_slurm(spec: SlurmSpec) -> None:
+    """Refuses, before any run directory is written, a launcher that cannot submit here."""
     try:
         import submitit
     except ImportError as err:
         raise SuiteError("the slurm launcher needs submitit: pip install 'marl-ppo[cluster]'") from err
+    if spec.cluster == "slurm" and submitit.SlurmExecutor.affinity() <= 0:  # submitit's own test: srun on PATH
+        raise SuiteError(
+            "the slurm launcher found no SLURM here (no 'srun' on PATH): run the suite on a SLURM login "
+            "node (a suite file's 'slurm: {cluster: local}' runs its job array as local processes)"
+        )
+
+
+def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable[[str], None]) -> list[RunResult]:
+    """Submits ``jobs`` (already prepared in ``out_dir``) as one job array; their results in job order."""
+    import submitit
+
+    check_slurm(spec)
     if not jobs:
         return []
     executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)

@@ -7,6 +7,9 @@ tables: the same from a config's ``reward_table`` and from Python, naming the gr
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -108,8 +111,6 @@ def test_bad_value_is_refused_before_a_run_directory_exists(tmp_path, capsys, ov
 
 
 def test_the_default_configs_pass_the_checks():
-    from pathlib import Path
-
     from marl_ppo.config import load_config
 
     for path in sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")):
@@ -169,3 +170,43 @@ def test_a_file_that_is_not_a_train_config_is_refused_in_one_line(tmp_path, caps
     err = capsys.readouterr().err
     assert "ConfigError" in err and all(w in err for w in words), err
     assert not (tmp_path / "runs").exists()
+
+
+SUITE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "tiny.yaml"
+
+
+def _read_only_dir(tmp_path: Path) -> Path:
+    """A folder this process cannot write in: read-only by mode, or (as root, whom modes do not stop) a file's child."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read_only"
+        folder.mkdir(mode=0o555)
+        return folder / "suite"
+    (tmp_path / "a_file").write_text("")
+    return tmp_path / "a_file" / "suite"
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("read-only --out", ["cannot write the suite's results in", "choose a writable folder with --out"]),
+        (
+            "slurm without SLURM",
+            ["found no SLURM here", "no 'srun' on PATH", "slurm: {cluster: local}", "as local processes"],
+        ),
+    ],
+)
+def test_a_suite_that_cannot_run_here_is_refused_before_a_run_directory_exists(
+    tmp_path, capsys, monkeypatch, case, words
+):
+    from marl_ppo.suite import main as suite_main
+
+    if case == "read-only --out":
+        out, args = _read_only_dir(tmp_path), []
+    else:
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a machine without srun
+        out, args = tmp_path / "suite", ["--launcher", "slurm"]
+    assert suite_main([str(SUITE), "--out", str(out), *args], prog="marl-ppo suite") == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert all(w in err for w in words), err
+    assert not out.exists(), f"{out} was left behind"
