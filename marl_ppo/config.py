@@ -122,7 +122,7 @@ class TrainConfig:
         lr: Adam learning rate.
         lr_schedule: ``constant`` or ``linear`` (decay to 0 over ``total_frames``).
         max_grad_norm: global gradient-norm clip.
-        seed: seeds torch, numpy, python and the envs.
+        seed: seeds torch, numpy, python and the envs; 0 to 2**31 - 1.
         device: where the networks and the update run.
         num_threads: torch intra-op threads (0: torch's default, one per core). On a busy machine
             1 avoids threads spin-waiting on each other.
@@ -158,6 +158,8 @@ class TrainConfig:
             )
         positive("train.lr", self.lr)
         positive("train.max_grad_norm", self.max_grad_norm)
+        if not 0 <= self.seed < 2**31:  # numpy takes < 2**32; the evaluation's seed is train.seed + 10000
+            raise ConfigError(f"train.seed must be in [0, 2**31 - 1] (0 to {2**31 - 1}), got {self.seed}")
 
     @property
     def iterations(self) -> int:

@@ -135,12 +135,18 @@ def _wrap(game: Any, group_map_name: str | None, seed: int, **options: Any) -> E
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
     from torchrl.envs.utils import MarlGroupMapType
 
+    class _Wrapper(PettingZooWrapper):
+        def _set_seed(self, seed: int | None) -> None:
+            # torchrl chains a batched env's seeds through 32 bits; the game gets them within 31, the
+            # range every engine takes (OpenSpiel's hanabi refuses a seed >= 2**31 with a pybind cast error)
+            super()._set_seed(None if seed is None else seed % 2**31)
+
     with _quiet_version_notice():
-        env = PettingZooWrapper(
+        env = _Wrapper(
             game,
             use_mask=True,  # compulsory for AEC envs; in parallel ones it masks agents that have left
             group_map=None if group_map_name is None else MarlGroupMapType[group_map_name.upper()],
-            seed=seed,
+            seed=seed % 2**31,
             categorical_actions=True,
             **options,
         )

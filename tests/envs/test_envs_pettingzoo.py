@@ -12,7 +12,8 @@ Covered, on real envs at tiny sizes:
   misspelt version and a module that is not an env each named in a ConfigError; none leaves a
   run directory;
 * ``marl-ppo eval --episodes 20`` on PettingZoo reports and averages exactly 20 episodes;
-* connect four trains with ``configs/connect_four.yaml``.
+* connect four trains with ``configs/connect_four.yaml``;
+* every copy of a game is seeded within 31 bits, and hanabi (OpenSpiel) trains whatever the seed.
 """
 
 from __future__ import annotations
@@ -253,3 +254,38 @@ def test_a_classic_games_seats_are_their_own_groups_however_the_game_is_named(sc
         overrides=[*TINY, "env.kind=pettingzoo", f"env.scenario={scenario}", "env.kwargs={group_map: all_in_one_group}"]
     )
     assert list(build(together).groups) == ["agents"]
+
+
+def test_every_copy_of_a_game_is_seeded_within_31_bits():
+    """torchrl chains a batched env's seeds through 32 bits (``seed_generator``); engines such as
+    OpenSpiel's take a C++ int, so each copy's game gets its chained seed modulo 2**31."""
+    from torchrl._utils import seed_generator
+
+    from marl_ppo.envs.pettingzoo import make_pettingzoo
+
+    cfg = load_config(overrides=[*TINY, "env.kind=pettingzoo", "env.scenario=tictactoe_v3"]).env
+    env = make_pettingzoo(cfg, seed=2**31 - 1, num_envs=3)
+    chained = [2**31 - 1]
+    for _ in range(2):
+        chained.append(seed_generator(chained[-1]))
+    assert max(chained) >= 2**31  # the chain leaves 31 bits: what the games would have been handed
+    assert [copy.base_env.seed if hasattr(copy, "base_env") else copy.seed for copy in env._envs] == [
+        s % 2**31 for s in chained
+    ]
+    env.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("open_spiel") is None, reason="hanabi needs open_spiel")
+@pytest.mark.parametrize("seed", [1, 2**31 - 1])
+def test_hanabi_trains_whatever_the_run_seed(tmp_path, seed):
+    """Before: a pybind cast error from any seed whose chain reached 2**31 (train.seed=1 with two copies)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "marl_ppo.cli", "train", *TINY, "env.kind=pettingzoo", "env.scenario=hanabi_v5"]
+    cmd += ["env.max_steps=10", "train.frames_per_batch=20", "train.minibatch_size=20", "train.total_frames=20"]
+    cmd += [f"train.seed={seed}", "log.eval_episodes=1", f"log.root={tmp_path}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = tmp_path.iterdir()
+    assert json.loads((run / "summary.json").read_text())["frames"] == 20
