@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.models.options import ModelConfig
-from marl_ppo.options import ConfigError, at_least, choice, device_option, positive, unit_interval
+from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
 
 __all__ = [
     "ConfigError",
@@ -331,10 +331,12 @@ class Config:
         """Steps each env takes per collected batch."""
         return self.train.frames_per_batch // self.env.num_envs
 
-    def check_devices(self) -> None:
-        """Raises :class:`ConfigError` if ``train.device`` or ``env.device`` is not on this machine."""
+    def check_machine(self) -> None:
+        """Raises :class:`ConfigError` if a device is not on this machine or a package it asks for is missing."""
         device_option("train.device", self.train.device)
         device_option("env.device", self.env.device)
+        asked = [f"log.loggers: {lg}" for lg in self.log.loggers]
+        check_installed([*asked, f"train.collector.backend: {self.train.collector.backend}"])
 
     def run_name(self) -> str:
         env = self.env.scenario.rpartition(".")[2].rpartition("/")[2]  # an import path or registry id: its name
@@ -424,7 +426,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"bad config value for {key!r}: expected a list, e.g. {key}={example}") from None
         raise ConfigError(f"bad config value{f' for {key!r}' if key else ''}: {msg}") from None
     assert isinstance(cfg, Config)
-    cfg.check_devices()
+    cfg.check_machine()
     return cfg
 
 

@@ -12,7 +12,17 @@ marl_ppo.options.ConfigError: loss.algorithm must be one of ['mappo', 'ippo'], g
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "choice", "at_least", "positive", "unit_interval", "device_option"]
+__all__ = ["ConfigError", "choice", "at_least", "positive", "unit_interval", "device_option", "check_installed"]
+
+# what an option asks of the machine: the package it imports, and the extra of marl-ppo that installs it
+PACKAGES = {
+    "log.loggers: tensorboard": ("tensorboard", "loggers"),
+    "log.loggers: wandb": ("wandb", "loggers"),
+    "log.loggers: mlflow": ("mlflow", "loggers"),
+    "train.collector.backend: ray": ("ray", "cluster"),
+    "--launcher ray": ("ray", "cluster"),
+    "--launcher slurm": ("submitit", "cluster"),
+}
 
 
 class ConfigError(ValueError):
@@ -62,3 +72,24 @@ def device_option(name: str, value: str) -> None:
         available = getattr(torch.backends, device.type, None)
         if available is None or not available.is_available():
             raise ConfigError(f"{name}={value!r}: no {device.type} device on this machine; use {name}=cpu")
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found, not imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module blocked in sys.modules
+        return False
+
+
+def check_installed(asked: list[str]) -> None:
+    """Raises :class:`ConfigError` for the first of ``asked`` (keys of :data:`PACKAGES`) whose package is
+    missing, naming the extra that installs it; options that need no package are passed over."""
+    for option in asked:
+        package, extra = PACKAGES.get(option, (None, None))
+        if package is not None and not installed(package):
+            raise ConfigError(
+                f"{option} needs the {package!r} package, which is not installed here: pip install 'marl-ppo[{extra}]'"
+            )

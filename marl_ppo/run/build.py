@@ -35,6 +35,7 @@ from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs
 from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.options import device_option
 from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
 
 __all__ = [
@@ -182,7 +183,8 @@ def load_policy(
     cfg = from_yaml((run_dir / "config.yaml").read_text())
     if device is not None:
         cfg = replace(cfg, env=replace(cfg.env, device=device), train=replace(cfg.train, device=device))
-    cfg.check_devices()
+    device_option("train.device", cfg.train.device)  # its loggers and collector need not be installed here
+    device_option("env.device", cfg.env.device)
     try:
         state = load_checkpoint(run_dir / "checkpoints" / checkpoint)  # weights_only: runs no code
     except CheckpointError as err:  # name the checkpoint that would do, as --resume would fall back to it

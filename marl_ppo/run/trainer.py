@@ -73,7 +73,7 @@ class Trainer:
     ) -> None:
         cfg = record_factory(cfg, env_fn)
         self.cfg, self.env_fn, self.callbacks = cfg, env_fn, Callbacks(callbacks)
-        cfg.check_devices()
+        cfg.check_machine()  # before the run directory exists
         self.run_dir = run_directory(cfg, run_dir, resume)
         self.parts = build(cfg, env_fn=env_fn)  # a bad env, table or model fails before the run directory exists
         self.state = train_state(cfg, self.parts)

@@ -212,3 +212,31 @@ def test_a_suite_that_cannot_run_here_is_refused_before_a_run_directory_exists(
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert all(w in err for w in words), err
     assert not out.exists(), f"{out} was left behind"
+
+
+@pytest.mark.parametrize(
+    "override, package, extra",
+    [
+        ("log.loggers=[csv,wandb]", "wandb", "loggers"),
+        ("log.loggers=[csv,mlflow]", "mlflow", "loggers"),
+        ("log.loggers=[tensorboard]", "tensorboard", "loggers"),
+        ("train.collector.backend=ray", "ray", "cluster"),
+    ],
+)
+def test_a_missing_optional_package_names_the_extra_that_installs_it(tmp_path, override, package, extra):
+    """In a process where ``package`` cannot be imported: one line naming the option, the package and
+    ``pip install 'marl-ppo[extra]'``, before torch is loaded and before any run directory exists."""
+    import subprocess
+    import sys
+
+    args = ["train", override, f"log.root={tmp_path / 'runs'}"]
+    code = (
+        f"import sys; sys.modules[{package!r}] = None; from marl_ppo.cli import main; rc = main({args!r}); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for word in (override.partition("=")[0], repr(package), f"pip install 'marl-ppo[{extra}]'"):
+        assert word in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
