@@ -36,6 +36,8 @@ import difflib
 import importlib
 import inspect
 import pkgutil
+import re
+import sys
 import warnings
 from collections.abc import Iterator
 from functools import partial
@@ -223,10 +225,13 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> Env
     """One classic game, AEC API, wrapped so that non-acting agents are masked out."""
     import pettingzoo
 
+    make = partial(pettingzoo.make, "aec", _classic_id(task))  # turn-based: no max_cycles/continuous_actions
     try:
-        game = pettingzoo.make("aec", _classic_id(task), **kwargs)  # turn-based: no max_cycles/continuous_actions
-    except ImportError as err:  # e.g. hanabi_v5 imports, then asks for open_spiel
-        raise _missing_dependency(task, err) from err
+        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, "pettingzoo.classic")
+    except ConfigError as err:
+        if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
+            raise _missing_dependency(task, err.__cause__) from err.__cause__
+        raise
     return _wrap(game, group_map_name, seed)
 
 
@@ -270,19 +275,47 @@ def _accepts_max_cycles(module) -> bool:
     return any(p.name == "max_cycles" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _construct(make: Callable[..., Any], kwargs: dict, max_steps: int, takes_max_cycles: bool, where: str) -> Any:
-    """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it."""
-    if "max_cycles" not in kwargs and takes_max_cycles:
-        try:
-            return make(max_cycles=max_steps, **kwargs)
-        except TypeError as err:
-            if "max_cycles" not in str(err):
-                raise ConfigError(f"{where} failed: {err}") from err
-            # a **kwargs that does not take it after all: its episodes end on their own
+def _construct(
+    make: Callable[..., Any], kwargs: dict, max_steps: int, takes_max_cycles: bool, where: str, name: str, family: str
+) -> Any:
+    """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it.
+
+    Any error of the env's constructor becomes one ConfigError naming the call and ``env.kwargs``; a
+    keyword it does not take, the parameters of the class that refused it (found in ``family``'s modules).
+    """
     try:
+        if "max_cycles" not in kwargs and takes_max_cycles:
+            try:
+                return make(max_cycles=max_steps, **kwargs)
+            except TypeError as err:
+                if "max_cycles" not in str(err):
+                    raise
+                # a **kwargs that does not take it after all: its episodes end on their own
         return make(**kwargs)
+    except ConfigError:
+        raise
     except TypeError as err:
-        raise ConfigError(f"{where} failed: {err}") from err
+        refused = re.match(r"([\w.]+?)(?:\.__init__)?\(\) got an unexpected keyword argument '(\w+)'", str(err))
+        ctor = _find_callable(family, refused.group(1)) if refused else None
+        if ctor is not None:
+            _check_kwargs(name, ctor, kwargs)
+        raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {err}") from err
+    except Exception as err:  # a bad value deep in the game (pursuit's n_pursuers=-1: an IndexError)
+        raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {type(err).__name__}: {err}") from err
+
+
+def _find_callable(family: str, qualname: str) -> Any:
+    """The class or function called ``qualname`` in one of the loaded modules of package ``family``, if any:
+    PettingZoo's constructors pass ``**kwargs`` down to a base class whose signature names the parameters."""
+    head, *rest = qualname.split(".")
+    for module_name, module in list(sys.modules.items()):
+        if module_name == family or module_name.startswith(family + "."):
+            obj = getattr(module, head, None)
+            for part in rest:
+                obj = getattr(obj, part, None)
+            if callable(obj):
+                return obj
+    return None
 
 
 def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
@@ -291,7 +324,8 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     parallel = callable(getattr(module, "parallel_env", None))
     ctor = module.parallel_env if parallel else module.env
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
-    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where)
+    family = ".".join(path.split(".")[:2])
+    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, family)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
 
@@ -325,5 +359,6 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
         importlib.import_module(spec.entry_point.partition(":")[0])
     )
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
-    game = _construct(make, kwargs, max_steps, takes_max_cycles, f"pettingzoo.make({env_id!r}, **env.kwargs)")
+    where, family = f"pettingzoo.make({env_id!r}, **env.kwargs)", ".".join(spec.entry_point.split(".")[:2])
+    game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, family)
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))

@@ -145,7 +145,7 @@ def test_pursuit_by_import_path_trains(tmp_path):
         ),
         ("pettingzoo.sisl.pursuit_v4", "{}", ConfigError, ["cannot import 'pettingzoo.sisl.pursuit_v4'", "pursuit_v5"]),
         ("pettingzoo.utils", "{}", ConfigError, ["has neither parallel_env nor env"]),
-        (KAZ, "{colour: red}", ConfigError, [f"{KAZ}.parallel_env(**env.kwargs) failed", "colour"]),
+        (KAZ, "{colour: red}", ConfigError, ["env.kwargs ['colour'] are not parameters", KAZ, "'num_archers'"]),
     ],
     ids=["image", "wrong-version", "not-an-env-module", "bad-kwarg"],
 )

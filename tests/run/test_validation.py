@@ -94,6 +94,23 @@ BAD = [
         ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.num_envs=2", "env.kwargs={NN: 3}"],
         ["env.kwargs ['NN']", "PettingZoo task 'simple_spread_v3'", "did you mean 'N'"],
     ),
+    # any other PettingZoo env: the parameters of the class its **kwargs reach
+    (
+        ["env.kind=pettingzoo", "env.scenario=pettingzoo.sisl.pursuit_v5", "env.kwargs={n_pursuer: 2}"],
+        ["env.kwargs ['n_pursuer']", "'pettingzoo.sisl.pursuit_v5'", "did you mean 'n_pursuers'", "'x_size'"],
+    ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=sisl/pursuit-v5", "env.kwargs={n_pursuer: 2}"],
+        ["env.kwargs ['n_pursuer']", "'sisl/pursuit-v5'", "did you mean 'n_pursuers'"],
+    ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.kwargs={screen_heigth: 2}"],
+        ["env.kwargs ['screen_heigth']", "'tictactoe_v3'", "did you mean 'screen_height'"],
+    ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=pettingzoo.sisl.pursuit_v5", "env.kwargs={n_pursuers: -1}"],
+        ["pettingzoo.sisl.pursuit_v5.parallel_env", "env.kwargs={'n_pursuers': -1}", "failed: IndexError"],
+    ),
 ]
 if not torch.cuda.is_available():
     BAD += [
