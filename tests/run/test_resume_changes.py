@@ -5,6 +5,7 @@ Tiny real VMAS runs through the command line (``marl_ppo.cli.main``, what ``marl
 * a changeable key (learning rate, entropy coefficient, clip) takes effect from the resumed iteration:
   the logged value changes at the resumed frame, the losses use it, ``config.yaml`` records it, and
   ``resume.log`` and the run notes (``run.log``) say which key changed, old -> new, from which frame;
+  every changeable key at once, each seen in force by the resumed iterations' update, logs or collector;
 * a key that would change the networks, the env, its seeds or the reward table is refused before
   anything is written, naming the key, the run's value and the new one;
 * fewer ``train.total_frames`` than done is refused; resuming a finished run says so and keeps its
@@ -106,3 +107,95 @@ def test_resuming_a_finished_run_says_so_and_keeps_its_summary(run):
     assert proc.returncode == 0, proc.stderr
     assert f"has finished ({2 * FPB} frames, train.total_frames={2 * FPB}): nothing to train" in proc.stderr
     assert (run / "summary.json").read_bytes() == summary
+
+
+# every changeable key, changed at once on one resume, and how the resumed iterations show it in force
+CHANGES = {
+    "train.total_frames": f"train.total_frames={4 * FPB}",
+    "train.lr": "train.lr=1e-3",
+    "train.lr_schedule": "train.lr_schedule=linear",
+    "train.num_epochs": "train.num_epochs=2",
+    "train.minibatch_size": "train.minibatch_size=20",
+    "train.max_grad_norm": "train.max_grad_norm=0.5",
+    "train.num_threads": "train.num_threads=1",
+    "train.collector.": "train.collector.backend=process",
+    "loss.clip_epsilon": "loss.clip_epsilon=0.3",
+    "loss.entropy_coeff": "loss.entropy_coeff=0.1",
+    "loss.head_entropy_coeff": "loss.head_entropy_coeff={action: 0.4}",
+    "loss.entropy_schedule": "loss.entropy_schedule=linear",
+    "loss.entropy_final_scale": "loss.entropy_final_scale=0.5",
+    "loss.critic_coeff": "loss.critic_coeff=0.25",
+    "loss.loss_critic_type": "loss.loss_critic_type=smooth_l1",
+    "loss.gamma": "loss.gamma=0.9",
+    "loss.lmbda": "loss.lmbda=0.8",
+    "loss.normalize_advantage": "loss.normalize_advantage=true",
+    "loss.group_weights": "loss.group_weights={agents: 2.0}",
+    "log.": "log.eval_every=1",
+}
+# not changed here: compiling costs minutes on a CPU, this machine may have no second device, and bundling
+# one group changes nothing (tests/core/test_bundles.py: bundled and plain routers give the same numbers)
+NOT_CHANGED_HERE = {"train.compile", "train.device", "loss.bundle_groups"}
+
+
+def test_the_table_names_every_changeable_key():
+    from marl_ppo.run.resume import CHANGEABLE
+
+    assert set(CHANGES) | NOT_CHANGED_HERE == set(CHANGEABLE)
+
+
+def test_every_changeable_key_is_in_force_from_the_resumed_iteration(run, monkeypatch):
+    import marl_ppo.run.trainer as trainer_mod
+
+    real_update, seen = trainer_mod.ppo_update, []
+
+    def update(router, step, batch, **kwargs):  # what each resumed iteration's update was given
+        loss = router.losses["agents"]
+        seen.append(
+            {
+                "num_epochs": kwargs["num_epochs"],
+                "minibatch_size": kwargs["minibatch_size"],
+                "max_grad_norm": step.max_grad_norm,
+                "weights": dict(step.weights),
+                "threads": torch.get_num_threads(),
+                "clip_epsilon": loss.clip_epsilon.item(),
+                "critic_coeff": loss.critic_coeff.item(),
+                "loss_critic_type": loss.loss_critic_type,
+                "normalize_advantage": loss.normalize_advantage,
+                "gamma": loss.value_estimator.gamma.item(),
+                "lmbda": loss.value_estimator.lmbda.item(),
+            }
+        )
+        return real_update(router, step, batch, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "ppo_update", update)
+    assert main(["train", "--resume", str(run), *CHANGES.values()]) == 0
+    assert len(seen) == 2  # iterations 3 and 4
+    for it in seen:
+        assert it == {
+            "num_epochs": 2,
+            "minibatch_size": 20,
+            "max_grad_norm": 0.5,
+            "weights": {"agents": 2.0},
+            "threads": 1,
+            "clip_epsilon": pytest.approx(0.3),
+            "critic_coeff": pytest.approx(0.25),
+            "loss_critic_type": "smooth_l1",
+            "normalize_advantage": True,
+            "gamma": pytest.approx(0.9),
+            "lmbda": pytest.approx(0.8),
+        }
+    frames = [FPB, 2 * FPB, 3 * FPB, 4 * FPB]
+    lr = _values(run, "train/lr")
+    assert [s for s, _ in lr] == frames  # train.total_frames: two more iterations
+    # linear to 0 over the 4 iterations, from the new rate: the rates of iterations 3 and 4
+    assert [v for _, v in lr] == pytest.approx([3e-4, 3e-4, 1e-3 * (1 - 2 / 4), 1e-3 * (1 - 3 / 4)])
+    # the head's own coefficient, decaying linearly to half of it over the 4 iterations
+    coeff = _values(run, "train/agents/action/entropy_coeff")
+    assert [v for _, v in coeff] == pytest.approx([0.0, 0.0, 0.4 * (1 - 0.5 * 2 / 4), 0.4 * (1 - 0.5 * 3 / 4)])
+    assert [s for s, _ in _values(run, "eval/agents/episode_reward")] == [2 * FPB, 3 * FPB, 4 * FPB]  # log.eval_every
+    collectors = [ln for ln in (run / "run.log").read_text().splitlines() if " collector: " in ln]
+    assert "lean VMAS" in collectors[0] and "worker processes" in collectors[-1]
+    notes = (run / "resume.log").read_text()
+    for override in CHANGES.values():
+        key = override.partition("=")[0]
+        assert f"changed {key}: " in notes, (key, notes)
