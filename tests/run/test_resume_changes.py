@@ -79,6 +79,11 @@ def test_a_changed_entropy_coefficient_and_clip_are_in_force_from_the_resumed_it
         ("env.kwargs.n_agents=3", "env.kwargs.n_agents", "2", "3"),
         ("train.seed=1", "train.seed", "0", "1"),
         ("loss.algorithm=ippo", "loss.algorithm", "'mappo'", "'ippo'"),
+        ("loss.value_norm=running", "loss.value_norm", "'none'", "'running'"),
+        ("model.kind=gru", "model.kind", "'mlp'", "'gru'"),
+        ("train.frames_per_batch=80", "train.frames_per_batch", "40", "80"),
+        ("env.max_steps=5", "env.max_steps", "10", "5"),
+        ("reward_table={agents: [{own: 0.5}]}", "reward_table.agents", "None", "[{'own': 0.5}]"),
     ],
 )
 def test_a_key_that_would_change_what_was_trained_is_refused_before_anything_is_written(
