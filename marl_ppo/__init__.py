@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from marl_ppo.lazy import lazy_exports
 
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
 # public name -> module that defines it
 _EXPORTS = {
     "AggregatedStep": "marl_ppo.core.aggregate",
@@ -27,5 +29,5 @@ _EXPORTS = {
     "GroupRouter": "marl_ppo.core.router",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS) + ["__version__"]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -9,6 +9,9 @@
     marl-ppo plot RUN_DIR [RUN_DIR ...] [--out DIR]   # learning curves (PNG)
     marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
     marl-ppo suite merge OUT1 OUT2 --out MERGED       # suites run apart, merged
+    marl-ppo list [configs|suites|scenarios|pettingzoo]  # what is shipped and what can be trained here
+    marl-ppo train CONFIG --print-config | --dry-run  # the resolved config; the env, groups and networks
+    marl-ppo --version                                # also: python -m marl_ppo ...
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def _train(args: argparse.Namespace) -> int:
         from marl_ppo.suite.cli import multirun
 
         return multirun(config, overrides, out=args.out, workers=args.workers, launcher=args.launcher)
+    if args.print_config or args.dry_run:
+        return _inspect(args, config, overrides)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").exists():
@@ -53,6 +58,73 @@ def _train(args: argparse.Namespace) -> int:
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str]) -> int:
+    """``--print-config``: the resolved, checked config as YAML (a file ``train`` reads back to the same
+    config). ``--dry-run``: also builds the env, groups, reward table and networks; prints the table and
+    each group's parameter counts. Neither trains nor writes anything."""
+    from marl_ppo.config import load_config, to_yaml
+
+    source = Path(args.resume) / "config.yaml" if args.resume else config
+    cfg = load_config(source, overrides)
+    if args.print_config:
+        print(to_yaml(cfg), end="")
+        return 0
+    from marl_ppo.run.build import build
+
+    cfg.check_machine()
+    parts = build(cfg)
+    try:
+        print(parts.reward_table)
+        for group, loss in parts.router.losses.items():
+            actor, critic = (sum(p.numel() for p in m.parameters()) for m in (loss.actor_network, loss.critic_network))
+            agents = parts.groups[group].n_agents
+            print(f"group {group}: {agents} agent(s), actor {actor:,} parameters, critic {critic:,} parameters")
+        total = sum(p.numel() for p in parts.router.parameters())
+        print(f"all groups: {total:,} trainable parameters (shared modules counted once)")
+    finally:
+        parts.env.close()
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from marl_ppo.config_files import CONFIGS, shipped_configs, shipped_suites
+
+    def header(path: Path) -> str:  # the first sentence of a shipped file's opening comment says what it is
+        lines = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("# ").strip())
+        text = " ".join(lines)
+        return text[: text.index(". ") + 1] if ". " in text else text
+
+    what = args.what
+    if what in ("all", "configs"):
+        print("configs (marl-ppo train NAME):")
+        for name in shipped_configs():
+            print(f"  {name:<20} {header(CONFIGS / f'{name}.yaml')}")
+    if what in ("all", "suites"):
+        print("suites (marl-ppo suite NAME):")
+        for name in shipped_suites():
+            print(f"  {name:<20} {header(CONFIGS / 'suites' / f'{name}.yaml')}")
+    if what in ("all", "scenarios"):
+        from marl_ppo.envs.vmas import vmas_scenarios
+
+        print("VMAS scenarios (env.kind=vmas env.scenario=NAME):")
+        print("  " + " ".join(vmas_scenarios()))
+    if what in ("all", "pettingzoo"):
+        from marl_ppo.envs.catalog import pettingzoo_envs
+        from marl_ppo.envs.pettingzoo import mpe_tasks
+
+        print("PettingZoo MPE tasks, from mpe2 (env.kind=pettingzoo env.scenario=NAME):")
+        print("  " + " ".join(mpe_tasks()))
+        print("PettingZoo envs by registry id (env.kind=pettingzoo env.scenario=ID):")
+        for env in pettingzoo_envs():
+            status = "" if env.missing is None else f"needs {env.missing!r}: {env.install}"
+            print(f"  {env.env_id:<36} {status}")
     return 0
 
 
@@ -115,10 +187,13 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``marl-ppo`` argument parser (also rendered into the docs' CLI reference)."""
+    from marl_ppo import __version__
+
     parser = argparse.ArgumentParser(prog="marl-ppo", description="Multi-agent PPO on VMAS and PettingZoo.")
+    parser.add_argument("--version", action="version", version=f"marl-ppo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train from a YAML config (default: VMAS navigation)")
-    p.add_argument("config", nargs="?", help="YAML config file (see configs/)")
+    p.add_argument("config", nargs="?", help="a YAML config file, or a shipped config by name (marl-ppo list configs)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.total_frames=120000")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument(
@@ -131,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="-m: output folder (default: <log.root>/multirun/<date_time>)")
     p.add_argument("--workers", type=int, default=1, help="-m: worker processes at once (local launcher)")
     p.add_argument("--launcher", choices=("local", "ray", "slurm"), default="local", help="-m: where the runs go")
+    p.add_argument(
+        "--print-config", action="store_true", help="print the resolved, checked config as YAML; train nothing"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="build the env, groups, reward table and networks; print the table and the parameter counts per "
+        "group; write nothing",
+    )
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")
     p.add_argument("run_dir", help="a run directory written by marl-ppo train")
@@ -163,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         "'train/*/move/entropy' match several)",
     )
     p.set_defaults(func=_plot)
+    p = sub.add_parser("list", help="list the shipped configs and suites, VMAS scenarios and PettingZoo envs")
+    p.add_argument("what", nargs="?", default="all", choices=("all", "configs", "suites", "scenarios", "pettingzoo"))
+    p.set_defaults(func=_list)
     # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser
     sub.add_parser(
         "suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot", add_help=False

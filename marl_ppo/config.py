@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from marl_ppo.collect.options import CollectorConfig
+from marl_ppo.config_files import config_path, read_config_file
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
@@ -383,31 +384,14 @@ def _merge_layer(base, layer, *, replace_kwargs: bool):
     return merged
 
 
-def _read_file(path: Path):
-    """A config file's YAML: a mapping of sections (``env:``, ``train:``, ...), not a list or a suite file."""
-    loaded = OmegaConf.load(path)
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(
-            f"config file {str(path)!r} holds a {type(loaded).__name__.removesuffix('Config').lower()}, "
-            "not a mapping of sections such as env:, model:, loss:, train:, log:"
-        )
-    if "tasks" in loaded and "env" not in loaded:
-        raise ConfigError(
-            f"{str(path)!r} is a suite file (it has tasks:), not a train config: run it with marl-ppo suite {path}"
-        )
-    return loaded
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML file at ``path``, then ``key=value`` overrides, type-checked."""
+    """Defaults, then the YAML file at ``path`` (or the shipped config of that name), then ``key=value``
+    overrides, type-checked."""
     schema = OmegaConf.structured(Config)
     try:
         merged = schema
         if path is not None:
-            path = Path(path)
-            if not path.exists():
-                raise ConfigError(f"config file {str(path)!r} does not exist")
-            merged = _merge_layer(merged, _read_file(path), replace_kwargs=True)
+            merged = _merge_layer(merged, read_config_file(config_path(path)), replace_kwargs=True)
         if overrides:
             bad = [o for o in overrides if "=" not in o]
             if bad:

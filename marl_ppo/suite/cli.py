@@ -24,7 +24,7 @@ def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentPar
         "and write marl-eval JSON results and an aggregate plot. "
         f"'{prog} merge OUT1 OUT2 --out DIR' merges suites run apart.",
     )
-    p.add_argument("suite", help="suite YAML file (see configs/suites/)")
+    p.add_argument("suite", help="a suite YAML file, or a shipped suite by name (marl-ppo list suites)")
     p.add_argument(
         "--launcher",
         choices=LAUNCHERS,

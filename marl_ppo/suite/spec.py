@@ -13,6 +13,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
+from marl_ppo.config_files import suite_path
+from marl_ppo.options import ConfigError
 from marl_ppo.suite.sweep import Grid, SweepError, grid_overrides, parse_sweep, run_slug, variant_name
 
 SUITE_KEYS = (
@@ -224,10 +226,11 @@ class Suite:
 
     @classmethod
     def load(cls, path: str | Path) -> "Suite":
-        """A suite from a YAML file."""
-        path = Path(path)
-        if not path.exists():
-            raise SuiteError(f"suite file {str(path)!r} does not exist")
+        """A suite from a YAML file, or the shipped suite of that name (``tiny``)."""
+        try:
+            path = suite_path(path)
+        except ConfigError as err:
+            raise SuiteError(str(err)) from None
         try:
             raw = yaml.safe_load(path.read_text())
         except yaml.YAMLError as err:

@@ -80,6 +80,7 @@ BAD = [
     (["env.time_limit=truncated"], ["env.time_limit", "'truncate', 'terminate'", "'truncated'"]),
     (["loss.clip_epsilon=5"], ["loss.clip_epsilon", "< 1", "5.0"]),
     (["loss.clip_epsilon=1"], ["loss.clip_epsilon", "< 1", "1.0"]),
+    (["balanse"], ["config 'balanse' does not exist", "shipped config", "did you mean 'balance'"]),
     (["train.seed=-1"], ["train.seed", "[0, 2**31 - 1]", "-1"]),
     (["train.seed=2147483648"], ["train.seed", "0 to 2147483647", "2147483648"]),
     (["model.hidden=64"], ["model.hidden", "expected a list, e.g. model.hidden=[256, 256]"]),

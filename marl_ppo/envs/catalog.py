@@ -1,0 +1,43 @@
+"""What can be trained here: VMAS scenarios, PettingZoo MPE tasks and families, read from the libraries.
+
+``marl-ppo list`` prints it. Every list comes from the library itself (VMAS's scenario lists,
+``mpe2``'s modules, PettingZoo's registry), never from a list of ours; a PettingZoo env whose
+module cannot be imported here is listed with the package it misses and the extra that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+__all__ = ["PettingZooEnv", "pettingzoo_envs"]
+
+
+@dataclass(frozen=True)
+class PettingZooEnv:
+    """One env of PettingZoo's registry: its id (``env.scenario``), family and what it misses here."""
+
+    env_id: str
+    family: str
+    missing: str | None = None  # the package its module failed to import, None when it imports
+
+    @property
+    def install(self) -> str:
+        """How to install what it misses (PettingZoo's own extra for the family)."""
+        return f"pip install 'pettingzoo[{self.family}]'"
+
+
+def pettingzoo_envs() -> list[PettingZooEnv]:
+    """Every env of PettingZoo's registries (``env.scenario: sisl/pursuit-v5``), each module imported to see."""
+    import pettingzoo
+
+    registry = {**pettingzoo.aec_registry, **pettingzoo.parallel_registry}
+    out = []
+    for env_id, spec in sorted(registry.items()):
+        try:
+            importlib.import_module(spec.entry_point.partition(":")[0])
+            missing = None
+        except ImportError as err:
+            missing = err.name or str(err)
+        out.append(PettingZooEnv(env_id, spec.namespace, missing))
+    return out
