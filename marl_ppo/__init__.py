@@ -29,5 +29,5 @@ _EXPORTS = {
     "GroupRouter": "marl_ppo.core.router",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -72,7 +72,7 @@ def test_site_builds_with_warnings_as_errors(site):
         assert f'id="{path}"' in api, f"{path} is missing from docs/reference/api.md"
     assert ":class:`" not in api and ":func:`" not in api, "a reST role reached the API page"
     cli = (site / "reference" / "cli" / "index.html").read_text()
-    for command in ("train", "eval", "plot"):
+    for command in ("train", "eval", "plot", "list"):
         assert f"usage: marl-ppo {command}" in cli
 
 

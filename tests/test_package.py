@@ -235,3 +235,12 @@ def test_make_train_installs_none_of_the_extras():
         }
         direct.discard("marl-ppo")
         assert direct and not (direct & base), (extra, direct & base)
+
+
+def test_the_changelog_and_citation_name_this_version():
+    import yaml
+
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["version"] == _version()
+    releases = re.findall(r"^## \[(\d[^\]]*)\] - (\d{4}-\d{2}-\d{2})$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert releases[0] == (_version(), citation["date-released"]), releases
