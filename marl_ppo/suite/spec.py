@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
-from marl_ppo.config_files import suite_path
+from marl_ppo.config_files import config_path, shipped_configs, suite_path
 from marl_ppo.options import ConfigError
 from marl_ppo.suite.sweep import Grid, SweepError, grid_overrides, parse_sweep, run_slug, variant_name
 
@@ -117,7 +117,12 @@ def _resolve(path: str, base: Optional[Path], where: str) -> Path:
     for c in candidates:
         if c.exists():
             return c.resolve()
-    raise SuiteError(f"{where}: config file {path!r} not found (tried {', '.join(str(c) for c in candidates)})")
+    if p.parent == Path(".") and p.name.removesuffix(".yaml") in shipped_configs():  # a shipped config by name
+        return config_path(p.name)
+    raise SuiteError(
+        f"{where}: config file {path!r} not found (tried {', '.join(str(c) for c in candidates)}; "
+        f"nor is it a shipped config: {shipped_configs()})"
+    )
 
 
 @dataclass(frozen=True)

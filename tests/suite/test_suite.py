@@ -460,3 +460,13 @@ def test_final_evaluation_counts_exactly_the_requested_episodes(tmp_path):
     assert result.episodes == 5
     assert metrics["agent_return"] == result.per_episode["agent"]
     assert sum(metrics["return"]) / 5 == pytest.approx(result.returns["agent"])
+
+
+def test_a_suites_tasks_may_name_shipped_configs(tmp_path):
+    path = tmp_path / "by_name.yaml"
+    path.write_text("name: by_name\ntasks: [navigation, balance.yaml]\nseeds: [0]\n")
+    jobs = plan(Suite.load(path), out=tmp_path / "out")
+    assert [Path(j.run_dir).name for j in jobs] == ["navigation-mappo-seed0", "balance-mappo-seed0"]
+    path.write_text("name: by_name\ntasks: [navigatio]\nseeds: [0]\n")
+    with pytest.raises(SuiteError, match=r"'navigatio' not found .*nor is it a shipped config: \['balance'"):
+        Suite.load(path)
