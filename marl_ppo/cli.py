@@ -11,12 +11,14 @@
     marl-ppo suite merge OUT1 OUT2 --out MERGED       # suites run apart, merged
     marl-ppo list [configs|suites|scenarios|pettingzoo]  # what is shipped and what can be trained here
     marl-ppo train CONFIG --print-config | --dry-run  # the resolved config; the env, groups and networks
+    marl-ppo tune TUNE.yaml [key=value ...] [--resume]   # a search on Ray Tune (random/optuna, asha/pbt)
     marl-ppo --version                                # also: python -m marl_ppo ...
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import warnings
@@ -126,6 +128,22 @@ def _list(args: argparse.Namespace) -> int:
             status = "" if env.missing is None else f"needs {env.missing!r}: {env.install}"
             print(f"  {env.env_id:<36} {status}")
     return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from marl_ppo.suite.spec import SuiteError
+    from marl_ppo.suite.tune_runner import run_tune
+    from marl_ppo.suite.tune_spec import TuneSpec
+
+    try:
+        spec = TuneSpec.load(args.tune, tuple(args.overrides))
+        if args.out:
+            spec = dataclasses.replace(spec, out=args.out)
+        result = run_tune(spec, resume=args.resume, address=args.ray_address)
+    except SuiteError as err:
+        print(f"marl-ppo tune: error: {err}", file=sys.stderr)
+        return 2
+    return 0 if result.best is not None else 1
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -250,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the shipped configs and suites, VMAS scenarios and PettingZoo envs")
     p.add_argument("what", nargs="?", default="all", choices=("all", "configs", "suites", "scenarios", "pettingzoo"))
     p.set_defaults(func=_list)
+    p = sub.add_parser("tune", help="search config keys on Ray Tune (random/optuna; fifo/asha/pbt)")
+    p.add_argument("tune", help="a tune YAML file, or a shipped one by name (marl_ppo/configs/tune/)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides for every trial, after the file's")
+    p.add_argument("--out", help="output folder (default: the file's out:)")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted experiment in the output folder")
+    p.add_argument("--ray-address", help="a running Ray cluster (default: RAY_ADDRESS, else a local one)")
+    p.set_defaults(func=_tune)
     # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser
     sub.add_parser(
         "suite", help="run a benchmark suite (tasks x seeds), write marl-eval JSON and a plot", add_help=False

@@ -1,10 +1,10 @@
 """The YAML files configs and suites are read from: a path, or one shipped with the package, by name.
 
 The package ships its configs in ``marl_ppo/configs/`` (``navigation``, ``balance``, ...; suites in
-``configs/suites/``; in a checkout, ``configs/`` at the root is a link to them), so that an installed
-package trains ``marl-ppo train balance`` from any folder. A name is looked up only where no file of
-that name exists: ``marl-ppo train balance.yaml`` in a folder holding its own ``balance.yaml`` reads
-that one.
+``configs/suites/``, tuning experiments in ``configs/tune/``; in a checkout, ``configs/`` at the root
+is a link to them), so that an installed package trains ``marl-ppo train balance`` from any folder.
+A name is looked up only where no file of that name exists: ``marl-ppo train balance.yaml`` in a
+folder holding its own ``balance.yaml`` reads that one.
 
 >>> shipped_configs()[:3]
 ['balance', 'connect_four', 'navigation']
@@ -19,7 +19,16 @@ from pathlib import Path
 
 from marl_ppo.options import ConfigError
 
-__all__ = ["CONFIGS", "shipped_configs", "shipped_suites", "config_path", "suite_path", "read_config_file"]
+__all__ = [
+    "CONFIGS",
+    "shipped_configs",
+    "shipped_suites",
+    "shipped_tunes",
+    "config_path",
+    "suite_path",
+    "tune_path",
+    "read_config_file",
+]
 
 CONFIGS = Path(__file__).resolve().parent / "configs"  # package data (pyproject.toml: package-data)
 
@@ -32,6 +41,11 @@ def shipped_configs() -> list[str]:
 def shipped_suites() -> list[str]:
     """The names of the suites shipped with the package."""
     return sorted(p.stem for p in (CONFIGS / "suites").glob("*.yaml"))
+
+
+def shipped_tunes() -> list[str]:
+    """The names of the tuning experiments shipped with the package (``marl-ppo tune NAME``)."""
+    return sorted(p.stem for p in (CONFIGS / "tune").glob("*.yaml"))
 
 
 def _find(arg: str | Path, folder: Path, names: list[str], what: str) -> Path:
@@ -54,6 +68,11 @@ def config_path(arg: str | Path) -> Path:
 def suite_path(arg: str | Path) -> Path:
     """``arg`` if it is a file, else the shipped suite of that name (``tiny``)."""
     return _find(arg, CONFIGS / "suites", shipped_suites(), "suite")
+
+
+def tune_path(arg: str | Path) -> Path:
+    """``arg`` if it is a file, else the shipped tune file of that name (``tiny``)."""
+    return _find(arg, CONFIGS / "tune", shipped_tunes(), "tune file")
 
 
 def read_config_file(path: Path):

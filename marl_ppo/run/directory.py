@@ -10,7 +10,7 @@ from typing import Any
 
 from marl_ppo.config import Config
 
-__all__ = ["run_directory", "record_collector", "note", "finished_summary"]
+__all__ = ["run_directory", "record_collector", "note", "finished_summary", "write_summary"]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
@@ -61,3 +61,14 @@ def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str,
     )
     path = Path(run_dir) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else {"frames": frames, "run_dir": str(run_dir)}
+
+
+def write_summary(
+    run_dir: Path, iteration: int, frames: int, final: dict[str, float], collector: str | None
+) -> dict[str, Any]:
+    """Writes the run's ``summary.json`` (iteration, frames, the final evaluation, the collector) and returns it."""
+    summary = {"iteration": iteration, "frames": frames, "run_dir": str(run_dir), **final}
+    if collector is not None:
+        summary["collector"] = collector
+    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

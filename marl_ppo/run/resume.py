@@ -32,6 +32,7 @@ __all__ = [
     "write_resume_log",
     "restart_episodes",
     "CHANGEABLE",
+    "changeable",
     "config_changes",
 ]
 
@@ -85,7 +86,8 @@ def config_changes(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def _changeable(key: str) -> bool:
+def changeable(key: str) -> bool:
+    """Whether a resumed run may change ``key`` (a key of :data:`CHANGEABLE` or in one of its sections)."""
     return any(key == c or key.startswith(c if c.endswith(".") else c + ".") for c in CHANGEABLE)
 
 
@@ -103,7 +105,7 @@ def _check_changes(run_dir: Path, cfg: Config) -> list[tuple[str, Any, Any]]:
     if not recorded.exists():
         return []
     changes = config_changes(from_yaml(recorded.read_text()), cfg)
-    refused = [(k, old, new) for k, old, new in changes if not _changeable(k)]
+    refused = [(k, old, new) for k, old, new in changes if not changeable(k)]
     if refused:
         listing = "; ".join(f"{k}={new!r} (the run has {old!r}: it would change {_what(k)})" for k, old, new in refused)
         raise ConfigError(

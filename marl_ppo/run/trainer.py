@@ -16,7 +16,6 @@ Reads top to bottom: :func:`~marl_ppo.run.build.build` wires the parts from a :c
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from marl_ppo.envs import EnvFactory
 from marl_ppo.run.build import build, build_collector, record_factory, train_state
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.checkpoints import rng_state, write_checkpoint
-from marl_ppo.run.directory import finished_summary, note, record_collector, run_directory
+from marl_ppo.run.directory import finished_summary, note, record_collector, run_directory, write_summary
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
@@ -126,6 +125,8 @@ class Trainer:
         """
         cfg, parts = self.cfg, self.parts
         remaining = cfg.train.total_frames - self.frames
+        if (remaining <= 0 or self._stop_requested) and not (self.run_dir / "summary.json").exists():
+            return self._finish()  # ended (or stopped) after its last checkpoint, before its summary: completed
         if remaining <= 0:  # a finished run, resumed: its record stays as it is
             self.close()
             return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
@@ -149,11 +150,11 @@ class Trainer:
                     collector.update_policy_weights_()
                     if stop.requested:
                         raise StopRequested
-                    if self._stop_requested:
-                        break
                     if self._checkpoint_due() and self.frames < cfg.train.total_frames:
                         self._write(self._snapshot)
                         self._restart_episodes(collector, self._snapshot["rng"])
+                    if self._stop_requested:  # after this iteration's checkpoint (whose callbacks may ask it)
+                        break
                     t0 = time.perf_counter()
         except StopRequested:
             err = self._interrupted(stop.requested)
@@ -240,7 +241,8 @@ class Trainer:
 
     def stop(self) -> None:
         """Ends the run after the current iteration, as when ``train.total_frames`` is reached
-        (final checkpoint, evaluation, plots, summary): for a callback's early stopping."""
+        (final checkpoint, evaluation, plots, summary): for a callback's early stopping. Before
+        :meth:`fit`, on a resumed run without a summary: :meth:`fit` completes its record, untrained."""
         self._stop_requested = True
 
     def _finish(self) -> dict[str, Any]:
@@ -257,7 +259,7 @@ class Trainer:
 
             for path in plot_runs([self.run_dir], self.run_dir / "plots"):
                 self.logger.log_file(f"plots/{path.stem}", path, self.frames)
-        summary = self._summary(final)
+        summary = write_summary(self.run_dir, self.iteration, self.frames, final, self.collector_used)
         self.logger.log_summary(summary)
         self.close()
         self.callbacks("on_run_end", self, summary)
@@ -269,13 +271,6 @@ class Trainer:
         self.evaluator.close()
 
     # -- records ------------------------------------------------------------------------
-
-    def _summary(self, final: dict[str, float]) -> dict[str, Any]:
-        summary = {"iteration": self.iteration, "frames": self.frames, "run_dir": str(self.run_dir), **final}
-        if self.collector_used is not None:
-            summary["collector"] = self.collector_used
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        return summary
 
     # -- checkpoints --------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ def _task(job_record: dict[str, Any], token_path: str, token: str, shared: Optio
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _connect(address: Optional[str]) -> bool:
+def connect(address: Optional[str]) -> bool:
     """Connects to (or starts) a cluster unless already connected; True when we connected here."""
     try:
         import ray
@@ -117,7 +117,7 @@ def run_on_ray(
 
     if not jobs:
         return []
-    ours = _connect(address)
+    ours = connect(address)
     token, token_path = secrets.token_hex(16), out_dir / TOKEN_FILE
     token_path.write_text(token)
     remote = ray.remote(_task)

@@ -67,7 +67,7 @@ def _already_done(job: Job) -> bool:
     return done and same
 
 
-def _writable(out_dir: Path) -> Path:
+def writable_folder(out_dir: Path) -> Path:
     """``out_dir``, created; refused in one line when it cannot be created or written to."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ def run_suite(
     if launcher == "slurm":
         check_slurm(suite.slurm)
     jobs = plan(suite, out=out, overrides=overrides, remote=launcher != "local")
-    out_dir = _writable(Path(out if out is not None else suite.out).resolve())
+    out_dir = writable_folder(Path(out if out is not None else suite.out).resolve())
     results: list[Optional[RunResult]] = [None] * len(jobs)
     todo = []
     for i, job in enumerate(jobs):

@@ -40,7 +40,7 @@ class SuiteError(ValueError):
 # -- the suite spec ----------------------------------------------------------------------------------
 
 
-def _check_keys(where: str, given: Iterable[str], allowed: Sequence[str]) -> None:
+def check_keys(where: str, given: Iterable[str], allowed: Sequence[str]) -> None:
     for key in given:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
@@ -48,12 +48,12 @@ def _check_keys(where: str, given: Iterable[str], allowed: Sequence[str]) -> Non
             raise SuiteError(f"unknown key {key!r} in {where}; {hint}allowed keys: {', '.join(allowed)}")
 
 
-def _as_overrides(value: Any, where: str) -> list[str]:
+def as_overrides(value: Any, where: str) -> list[str]:
     """``[k=v, ...]`` or a mapping ``{k: v}`` (dotted keys, nested mappings flattened) as ``k=v`` strings.
 
-    >>> _as_overrides({"train": {"total_frames": 6000}, "env.scenario": "balance"}, "overrides")
+    >>> as_overrides({"train": {"total_frames": 6000}, "env.scenario": "balance"}, "overrides")
     ['train.total_frames=6000', 'env.scenario=balance']
-    >>> _as_overrides(["train.seed"], "overrides")
+    >>> as_overrides(["train.seed"], "overrides")
     Traceback (most recent call last):
     ...
     marl_ppo.suite.spec.SuiteError: overrides must be key=value strings, got ['train.seed']
@@ -98,17 +98,17 @@ class TaskSpec:
             raise SuiteError(
                 f"{where} must be a config path or a mapping with keys {', '.join(TASK_KEYS)}; got {raw!r}"
             )
-        _check_keys(where, raw, TASK_KEYS)
+        check_keys(where, raw, TASK_KEYS)
         config = raw.get("config")
         if config is not None:
-            config = str(_resolve(str(config), base, where))
+            config = str(resolve_task(str(config), base, where))
         name = raw.get("name")
         if name is not None and (not isinstance(name, str) or not name or "," in name or "/" in name):
             raise SuiteError(f"{where}.name must be a non-empty string without ',' or '/', got {name!r}")
-        return cls(config, tuple(_as_overrides(raw.get("overrides"), f"{where}.overrides")), name)
+        return cls(config, tuple(as_overrides(raw.get("overrides"), f"{where}.overrides")), name)
 
 
-def _resolve(path: str, base: Optional[Path], where: str) -> Path:
+def resolve_task(path: str, base: Optional[Path], where: str) -> Path:
     p = Path(path).expanduser()
     if p.is_absolute():
         candidates = [p]
@@ -155,7 +155,7 @@ class SlurmSpec:
             return cls()
         if not isinstance(raw, Mapping):
             raise SuiteError(f"{where} must be a mapping with keys {', '.join(SLURM_KEYS)}; got {raw!r}")
-        _check_keys(where, raw, SLURM_KEYS)
+        check_keys(where, raw, SLURM_KEYS)
         kw = dict(raw)
         if kw.get("cluster", "slurm") not in ("slurm", "local", "debug"):
             raise SuiteError(f"{where}.cluster must be one of ['slurm', 'local', 'debug'], got {kw['cluster']!r}")
@@ -202,7 +202,7 @@ class Suite:
         """A suite from its YAML mapping; relative task config paths resolve against ``base``."""
         if not isinstance(raw, Mapping):
             raise SuiteError(f"{source} must be a mapping with keys {', '.join(SUITE_KEYS)}; got {type(raw).__name__}")
-        _check_keys(source, raw, SUITE_KEYS)
+        check_keys(source, raw, SUITE_KEYS)
         if "tasks" not in raw or not isinstance(raw["tasks"], list):
             raise SuiteError(
                 f"{source}: 'tasks' must be a list of config files or {{config, overrides, name}} mappings"
@@ -225,7 +225,7 @@ class Suite:
         return cls(
             tasks=tasks,
             seeds=tuple(seeds),
-            overrides=tuple(_as_overrides(raw.get("overrides"), f"{source}: overrides")),
+            overrides=tuple(as_overrides(raw.get("overrides"), f"{source}: overrides")),
             **kwargs,
         )
 

@@ -1,0 +1,113 @@
+"""One Ray Tune trial: our :class:`~marl_ppo.run.trainer.Trainer` in a normal run directory.
+
+The trial's config is the tune file's task, its overrides, then the trial's sampled values. It
+reports once per iteration the metrics the run logs anyway (plus ``frames``, the schedulers' clock,
+and the tuned metric), and, at every iteration that writes a checkpoint, that checkpoint: Tune's
+:class:`ray.tune.Checkpoint` is a folder holding the run's own ``iter_*.pt`` (the same file
+``--resume`` reads; no second format). A trial whose worker died restarts here with Tune's
+checkpoint: the run directory is resumed exactly from its newest usable checkpoint, its logs
+keeping each step once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_trial", "TuneReport", "trial_overrides", "metric_value"]
+
+
+def metric_value(metric: str, stats: dict[str, float]) -> float | None:
+    """``metric`` read from an iteration's logged ``stats``; ``<kind>/mean/<name>`` is the mean over groups."""
+    if metric in stats:
+        return float(stats[metric])
+    kind, group, name = metric.split("/")
+    if group != "mean":
+        return None
+    values = [v for k, v in stats.items() if k.startswith(f"{kind}/") and k.endswith(f"/{name}") and k.count("/") == 2]
+    return sum(values) / len(values) if values else None
+
+
+class TuneReport:
+    """The trainer callback that reports to Tune (see the module docstring)."""
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+        self._held: dict[str, Any] | None = None
+        self.stopped = False  # by Tune's scheduler: the run ends after this iteration, its record complete
+
+    def _report(self, trainer, metrics: dict[str, Any], checkpoint=None) -> None:
+        from ray import tune
+
+        if self.stopped:
+            return
+        try:
+            tune.report(metrics, checkpoint=checkpoint)
+        except SystemExit:  # a scheduler's stop: Ray ends the trial's thread from inside report()
+            from marl_ppo.run.directory import note
+
+            self.stopped = True
+            note(trainer.run_dir, f"stopped by Ray Tune's scheduler at frame {trainer.frames}")
+            trainer.stop()  # instead: the final checkpoint, evaluation, plots and summary, as any run's
+
+    def on_update_end(self, trainer, stats: dict[str, float]) -> None:
+        metrics = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float))}
+        value = metric_value(self.metric, metrics)
+        if value is None:
+            raise KeyError(
+                f"the tuned metric {self.metric!r} was not logged at iteration {trainer.iteration}; logged: "
+                f"{sorted(k for k in metrics if k.endswith('episode_reward'))}"
+            )
+        metrics.update({self.metric: value, "frames": trainer.frames, "iteration": trainer.iteration})
+        every, last = trainer.cfg.log.checkpoint_every, trainer.frames >= trainer.cfg.train.total_frames
+        if last or (every and trainer.iteration % every == 0):
+            self._held = metrics  # reported with the checkpoint this iteration writes
+        else:
+            self._report(trainer, metrics)
+
+    def on_checkpoint(self, trainer, path: Path) -> None:
+        from ray import tune
+
+        metrics, self._held = self._held, None
+        if metrics is None:
+            return
+        with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage before returning
+            shutil.copy2(path, Path(folder) / Path(path).name)
+            self._report(trainer, metrics, tune.Checkpoint.from_directory(folder))
+
+
+def trial_overrides(record: dict[str, Any], params: dict[str, Any], run_dir: Path) -> list[str]:
+    """The trial's overrides: the tune file's, the sampled values, and where and how the run records."""
+    from marl_ppo.suite.tune_spec import flow
+
+    threads = max(1, int(record["cpus"]))
+    return [
+        *record["overrides"],
+        *(f"{key}={flow(value)}" for key, value in params.items()),
+        f"train.num_threads={threads}",
+        "log.progress=false",
+        f"log.root={run_dir.parent}",
+        f"log.name={run_dir.name}",
+    ]
+
+
+def run_trial(params: dict[str, Any], record: dict[str, Any]) -> None:
+    """Tune's function trainable: trains (or, restarted after a failure, resumes) one trial's run."""
+    from ray import tune
+
+    from marl_ppo.config import load_config
+    from marl_ppo.run.trainer import Trainer
+
+    run_dir = Path(record["out"]) / "trials" / tune.get_context().get_trial_id()
+    callbacks = [TuneReport(record["metric"])]
+    saved = run_dir / "config.yaml"
+    if tune.get_checkpoint() is not None and saved.exists() and any((run_dir / "checkpoints").glob("iter_*.pt")):
+        trainer = Trainer(load_config(saved), run_dir=run_dir, resume=True, callbacks=callbacks)
+    else:
+        if run_dir.exists():  # a start that reached no checkpoint: begin again
+            shutil.rmtree(run_dir)
+        cfg = load_config(record["task"], trial_overrides(record, params, run_dir))
+        trainer = Trainer(cfg, run_dir=run_dir, callbacks=callbacks)
+    trainer.fit()
