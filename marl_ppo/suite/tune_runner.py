@@ -60,6 +60,15 @@ class TuneResult:
 
 def check_tune(spec: TuneSpec) -> Config:
     """The base config, after checking every space value, the metric and PBT's mutations against it."""
+    for module, what in [("ray.tune", "marl-ppo tune needs Ray Tune")] + (
+        [("optuna", "searcher: optuna needs Optuna")] if spec.searcher == "optuna" else []
+    ):
+        try:
+            __import__(module)
+        except ImportError as err:
+            raise SuiteError(
+                f"{what}, which cannot be imported here ({err}): pip install 'marl-ppo[cluster]'"
+            ) from None
     try:
         base = load_config(spec.task, list(spec.overrides))
     except ConfigError as err:
@@ -73,11 +82,12 @@ def check_tune(spec: TuneSpec) -> Config:
                 load_config(spec.task, [*spec.overrides, domain.override(value)])
             except ConfigError as err:
                 raise SuiteError(f"{spec.source}: {where}.{domain.key}: {err}") from None
-    for key in spec.scheduler.mutations:
+    pbt_keys = [*spec.scheduler.mutations, *(d.key for d in spec.space)] if spec.scheduler.kind == "pbt" else []
+    for key in pbt_keys:
         if not changeable(key):
             raise SuiteError(
-                f"{spec.source}: scheduler.mutations.{key}: PBT continues a trial from another's checkpoint, so it "
-                f"may perturb only keys a resumed run may change (docs/runs.md); {key} is not one of them"
+                f"{spec.source}: {key}: PBT continues a trial from another's checkpoint, so its space and mutations "
+                f"may hold only keys a resumed run may change (docs/runs.md); {key} is not one of them"
             )
     if spec.metric.startswith("eval/") and base.log.eval_every != 1:
         raise SuiteError(
@@ -178,7 +188,8 @@ def run_tune(
                     name=spec.name,
                     storage_path=str(out / "ray"),
                     failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                    # PBT exploits other trials' checkpoints: keep them all (a run's are small) so none goes early
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=None if spec.scheduler.kind == "pbt" else 2),
                     verbose=0,
                 ),
             )

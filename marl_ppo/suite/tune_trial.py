@@ -11,12 +11,17 @@ keeping each step once.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_trial", "TuneReport", "trial_overrides", "metric_value"]
+from marl_ppo.suite.tune_spec import flow
+
+__all__ = ["run_trial", "TuneReport", "trial_overrides", "metric_value", "ORIGIN_FILE"]
+
+ORIGIN_FILE = "trial.json"  # beside the checkpoint Tune keeps: which trial wrote it, at which frame
 
 
 def metric_value(metric: str, stats: dict[str, float]) -> float | None:
@@ -49,7 +54,7 @@ class TuneReport:
             from marl_ppo.run.directory import note
 
             self.stopped = True
-            note(trainer.run_dir, f"stopped by Ray Tune's scheduler at frame {trainer.frames}")
+            note(trainer.run_dir, f"stopped or paused by Ray Tune's scheduler at frame {trainer.frames}")
             trainer.stop()  # instead: the final checkpoint, evaluation, plots and summary, as any run's
 
     def on_update_end(self, trainer, stats: dict[str, float]) -> None:
@@ -75,13 +80,13 @@ class TuneReport:
             return
         with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage before returning
             shutil.copy2(path, Path(folder) / Path(path).name)
+            origin = {"trial_id": tune.get_context().get_trial_id(), "file": Path(path).name, "frames": trainer.frames}
+            (Path(folder) / ORIGIN_FILE).write_text(json.dumps(origin))
             self._report(trainer, metrics, tune.Checkpoint.from_directory(folder))
 
 
 def trial_overrides(record: dict[str, Any], params: dict[str, Any], run_dir: Path) -> list[str]:
     """The trial's overrides: the tune file's, the sampled values, and where and how the run records."""
-    from marl_ppo.suite.tune_spec import flow
-
     threads = max(1, int(record["cpus"]))
     return [
         *record["overrides"],
@@ -93,18 +98,46 @@ def trial_overrides(record: dict[str, Any], params: dict[str, Any], run_dir: Pat
     ]
 
 
+def _adopt(run_dir: Path, folder: Path, origin: dict[str, Any]) -> None:
+    """PBT's exploit: another trial's checkpoint becomes this run's newest (its own later ones removed),
+    so that resuming continues from the donor's exact state."""
+    from marl_ppo.run.checkpoints import checkpoint_candidates
+
+    ckpt_dir = run_dir / "checkpoints"
+    iteration = int(origin["file"].removeprefix("iter_").removesuffix(".pt"))
+    for path in checkpoint_candidates(ckpt_dir):
+        if path.name == "last.pt" or int(path.stem.removeprefix("iter_")) >= iteration:
+            path.unlink()
+    for name in (origin["file"], "last.pt"):
+        shutil.copy2(folder / origin["file"], ckpt_dir / name)
+
+
 def run_trial(params: dict[str, Any], record: dict[str, Any]) -> None:
-    """Tune's function trainable: trains (or, restarted after a failure, resumes) one trial's run."""
+    """Tune's function trainable: trains one trial's run; restarted with a checkpoint, resumes it: its own
+    (after a failure) or, under PBT, another trial's (exploit), with this trial's values (explore)."""
     from ray import tune
 
     from marl_ppo.config import load_config
+    from marl_ppo.run.directory import note
     from marl_ppo.run.trainer import Trainer
 
-    run_dir = Path(record["out"]) / "trials" / tune.get_context().get_trial_id()
+    trial_id = tune.get_context().get_trial_id()
+    run_dir = Path(record["out"]) / "trials" / trial_id
     callbacks = [TuneReport(record["metric"])]
     saved = run_dir / "config.yaml"
-    if tune.get_checkpoint() is not None and saved.exists() and any((run_dir / "checkpoints").glob("iter_*.pt")):
-        trainer = Trainer(load_config(saved), run_dir=run_dir, resume=True, callbacks=callbacks)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None and saved.exists():
+        with checkpoint.as_directory() as folder:
+            origin = json.loads((Path(folder) / ORIGIN_FILE).read_text())
+            if origin["trial_id"] != trial_id:
+                _adopt(run_dir, Path(folder), origin)
+                note(
+                    run_dir,
+                    f"PBT: continues from trial {origin['trial_id']}'s {origin['file']} (frame {origin['frames']})",
+                )
+    if checkpoint is not None and saved.exists() and any((run_dir / "checkpoints").glob("iter_*.pt")):
+        values = [f"{key}={flow(value)}" for key, value in params.items()]  # PBT's explore: recorded as changes
+        trainer = Trainer(load_config(saved, values), run_dir=run_dir, resume=True, callbacks=callbacks)
     else:
         if run_dir.exists():  # a start that reached no checkpoint: begin again
             shutil.rmtree(run_dir)

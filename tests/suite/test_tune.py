@@ -52,7 +52,7 @@ def test_asha_stops_trials_that_cannot_learn_and_the_best_config_trains(asha, tm
         assert summary["frames"] == t.frames
         frames = [f for f, _ in read_scalars(t.run_dir)["train/loss"]]
         assert frames == sorted(set(frames))
-    assert all("stopped by Ray Tune's scheduler" in (t.run_dir / "run.log").read_text() for t in stopped)
+    assert all("stopped or paused by Ray Tune's scheduler" in (t.run_dir / "run.log").read_text() for t in stopped)
     best = asha.best
     assert best.status == "finished" and best.params["train.lr"] > 1e-6
     assert best.last == max(t.last for t in trials if t.status == "finished")
@@ -121,7 +121,7 @@ BAD = [
     ),
     (
         {"scheduler": {"kind": "pbt", "mutations": {"model.hidden": {"choice": [[8], [32]]}}}},
-        ["scheduler.mutations.model.hidden", "only keys a resumed run may change"],
+        ["model.hidden: PBT continues a trial", "only keys a resumed run may change"],
     ),
     ({"scheduler": {"kind": "pbt"}}, ["pbt needs mutations"]),
     ({"scheduler": {"kind": "asha", "grace": 2}}, ["unknown key 'grace'", "allowed keys: kind, grace_period"]),
@@ -145,4 +145,144 @@ def test_bad_tune_input_is_one_line_before_anything_starts(tmp_path, capsys, cha
     assert len(err.strip().splitlines()) == 1, err
     for word in words:
         assert word in err, (word, err)
+    assert not (tmp_path / "out").exists()
+
+
+def _tiny_raw(tmp_path: Path, **changes) -> dict:
+    raw = yaml.safe_load(TINY.read_text())
+    raw.update(task=str(ROOT / "marl_ppo" / "configs" / "navigation.yaml"), out=str(tmp_path / "out"), **changes)
+    return raw
+
+
+@pytest.mark.slow
+def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturbed_rate(ray_cluster, tmp_path):
+    import re
+
+    raw = _tiny_raw(
+        tmp_path,
+        space={"train.lr": {"choice": [1e-9, 1e-2]}},
+        scheduler={
+            "kind": "pbt",
+            "perturbation_interval": 1,
+            "quantile": 0.25,
+            "mutations": {"train.lr": {"choice": [1e-9, 3e-3, 1e-2]}},
+        },
+        num_samples=4,
+        max_failures=0,
+    )
+    raw["overrides"] = [o.replace("train.total_frames=160", "train.total_frames=200") for o in raw["overrides"]]
+    result = run_tune(TuneSpec.from_dict(raw, source="pbt.yaml"), echo=lambda _: None)
+    exploits = []  # each receiver's last exploit (an earlier one's checkpoint may be replaced by a later one)
+    for t in result.trials:
+        found = re.findall(
+            r"PBT: continues from trial (\S+)'s (iter_\d+\.pt) \(frame (\d+)\)", (t.run_dir / "run.log").read_text()
+        )
+        if found:
+            exploits.append((t, found[-1][0], found[-1][1], int(found[-1][2])))
+    assert exploits, "PBT exploited no trial"
+    receiver, donor, file, frame = exploits[0]
+    # the receiver continued from the donor's checkpoint, byte for byte: the copy Tune kept of it (the
+    # donor's own run directory may since have replaced that file, exploiting another trial in turn)
+    kept = [
+        folder / file
+        for folder in (result.out / "ray").glob("*/*/checkpoint_*")
+        if json.loads((folder / "trial.json").read_text()) == {"trial_id": donor, "file": file, "frames": frame}
+    ]
+    assert kept, f"Tune kept no checkpoint {file} of {donor}"
+    assert (receiver.run_dir / "checkpoints" / file).read_bytes() in {k.read_bytes() for k in kept}
+    # the explored rate is recorded and logged from that frame on (where PBT changed it: it may keep a rate)
+    changed = 0
+    for t, _, _, at in exploits:
+        found = re.findall(
+            rf"changed train\.lr: \S+ -> (\S+), in force from frame {at} ", (t.run_dir / "resume.log").read_text()
+        )
+        if found:
+            changed += 1
+            assert dict(read_scalars(t.run_dir)["train/lr"])[at + 40] == pytest.approx(float(found[-1]))
+    assert changed, "no exploit changed the learning rate"
+    assert all(t.status == "finished" and t.frames == 200 for t in result.trials)
+
+
+@pytest.mark.slow
+def test_a_trial_whose_worker_is_killed_restarts_from_its_checkpoint(ray_cluster, tmp_path):
+    """SIGKILL to a running trial's worker process (its pid as Tune records it): the trial restarts
+    from its last checkpoint and finishes; its CSVs hold each logged step once."""
+    import os
+    import signal
+    import threading
+    import time
+
+    raw = _tiny_raw(tmp_path, space={"train.lr": {"choice": [1e-2]}}, scheduler="fifo", num_samples=1, max_failures=1)
+    raw["overrides"] = [o.replace("train.total_frames=160", "train.total_frames=400") for o in raw["overrides"]]
+    killed: list[int] = []
+
+    def kill_when_checkpointed() -> None:  # the worker's pid as Tune records it with every result
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            for path in (tmp_path / "out" / "ray").glob("*/*/result.json"):
+                lines = path.read_text().splitlines()
+                last = json.loads(lines[-1]) if lines else {}
+                if last.get("frames", 0) >= 80 and (path.parent.parent.parent.parent / "trials").exists():
+                    os.kill(last["pid"], signal.SIGKILL)
+                    killed.append(last["pid"])
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_when_checkpointed, daemon=True)
+    watcher.start()
+    result = run_tune(TuneSpec.from_dict(raw, source="kill.yaml"), echo=lambda _: None)
+    watcher.join()
+    assert killed, "no trial worker was found to kill"
+    (trial,) = result.trials
+    assert trial.status == "finished" and trial.frames == 400
+    assert "resumed from" in (trial.run_dir / "resume.log").read_text()
+    for name, points in read_scalars(trial.run_dir).items():
+        frames = [f for f, _ in points]
+        assert frames == sorted(set(frames)), name
+
+
+@pytest.mark.slow
+def test_an_interrupted_experiment_continues_with_resume_without_redoing_finished_trials(ray_cluster, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    raw = _tiny_raw(tmp_path, space={"train.lr": {"grid": [1e-2, 3e-3, 1e-3, 5e-3]}}, scheduler="fifo", num_samples=1)
+    raw["resources"] = {"cpus": 2}  # one trial at a time
+    path = tmp_path / "resume.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster}
+    cmd = [sys.executable, "-m", "marl_ppo", "tune", str(path)]
+    driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    trials = tmp_path / "out" / "trials"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(trials.glob("*/summary.json"))) < 1:
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGINT)  # Tune saves the experiment's state and stops
+    driver.wait(timeout=120)
+    done_before = {p.parent.name: p.stat().st_mtime_ns for p in trials.glob("*/summary.json")}
+    assert 1 <= len(done_before) < 4, done_before
+    resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summaries = {p.parent.name: p.stat().st_mtime_ns for p in trials.glob("*/summary.json")}
+    assert len(summaries) == 4
+    assert all(summaries[name] == mtime for name, mtime in done_before.items())  # not redone
+    rows = list(csv.DictReader(open(tmp_path / "out" / "trials.csv")))
+    assert sorted(r["status"] for r in rows) == ["finished"] * 4
+
+
+@pytest.mark.parametrize("package", ["ray.tune", "optuna"])
+def test_a_missing_tuning_package_names_the_extra(tmp_path, package):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(_tiny_raw(tmp_path, searcher="optuna", space={"train.lr": {"choice": [1e-3]}})))
+    code = f"import sys; sys.modules[{package!r}] = None; from marl_ppo.cli import main; "
+    code += f"sys.exit(main(['tune', {str(path)!r}]))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "pip install 'marl-ppo[cluster]'" in proc.stderr
     assert not (tmp_path / "out").exists()
