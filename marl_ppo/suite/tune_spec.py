@@ -221,10 +221,11 @@ class TuneSpec:
             if key in raw:
                 kw[key] = raw[key]
         spec = cls(**kw)
-        spec._check(source)
+        spec.validate(source)
         return spec
 
-    def _check(self, where: str) -> None:
+    def validate(self, where: str) -> None:
+        """Raises :class:`SuiteError` for a setting out of range (the config and env checks: check_tune)."""
         if self.searcher not in ("random", "optuna"):
             raise SuiteError(f"{where}: searcher must be 'random' or 'optuna', got {self.searcher!r}")
         if self.mode not in ("max", "min"):
