@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,7 @@ def _trial_result(spec: TuneSpec, result, out: Path) -> TrialResult:
         history = [(int(f), float(v)) for f, v in zip(frame["frames"], frame[spec.metric])]
     metrics = result.metrics or {}
     run_dir = out / "trials" / str(metrics.get("trial_id", Path(result.path).name))
-    params = {k: v for k, v in (result.config or {}).items()}
+    params = dict(result.config or {})
     values = [v for _, v in history]
     pick = max if spec.mode == "max" else min
     status = "failed" if result.error else _status(run_dir)
@@ -229,8 +230,6 @@ def _trial_result(spec: TuneSpec, result, out: Path) -> TrialResult:
 
 def _status(run_dir: Path) -> str:
     """``finished`` (its budget), ``stopped`` (by the scheduler, its record complete) or ``failed``."""
-    import json
-
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
         total = load_config(run_dir / "config.yaml").train.total_frames
