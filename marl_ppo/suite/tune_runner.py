@@ -137,6 +137,12 @@ def _scheduler(spec: TuneSpec, base: Config):
     return FIFOScheduler()
 
 
+def trial_dirname(trial) -> str:
+    """Tune's folder of a trial is named by its id, as its run directory is: a result names its trial by
+    where it lies (its last metrics may be the ones PBT copied from the trial it cloned)."""
+    return trial.trial_id
+
+
 def _searcher(spec: TuneSpec):
     if spec.searcher == "optuna":
         from ray.tune.search.optuna import OptunaSearch
@@ -184,6 +190,7 @@ def run_tune(
                     num_samples=spec.num_samples,
                     search_alg=_searcher(spec),
                     scheduler=_scheduler(spec, base),
+                    trial_dirname_creator=trial_dirname,
                 ),
                 run_config=tune.RunConfig(
                     name=spec.name,
@@ -210,7 +217,7 @@ def _trial_result(spec: TuneSpec, result, out: Path) -> TrialResult:
     if frame is not None and spec.metric in frame and "frames" in frame:
         history = [(int(f), float(v)) for f, v in zip(frame["frames"], frame[spec.metric])]
     metrics = result.metrics or {}
-    run_dir = out / "trials" / str(metrics.get("trial_id", Path(result.path).name))
+    run_dir = out / "trials" / Path(result.path).name
     params = dict(result.config or {})
     values = [v for _, v in history]
     pick = max if spec.mode == "max" else min
@@ -250,7 +257,7 @@ def _complete(run_dir: Path) -> None:
 
 def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None]) -> TuneResult:
     for i in range(len(grid)):
-        run_dir = out / "trials" / str((grid[i].metrics or {}).get("trial_id", ""))
+        run_dir = out / "trials" / Path(grid[i].path).name
         stopped = grid[i].error is None and not (run_dir / "summary.json").exists()
         if stopped and any((run_dir / "checkpoints").glob("iter_*.pt")):
             _complete(run_dir)

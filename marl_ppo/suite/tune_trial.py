@@ -4,9 +4,10 @@ The trial's config is the tune file's task, its overrides, then the trial's samp
 reports once per iteration the metrics the run logs anyway (plus ``frames``, the schedulers' clock,
 and the tuned metric), and, at every iteration that writes a checkpoint, that checkpoint: Tune's
 :class:`ray.tune.Checkpoint` is a folder holding the run's own ``iter_*.pt`` (the same file
-``--resume`` reads; no second format). A trial whose worker died restarts here with Tune's
-checkpoint: the run directory is resumed exactly from its newest usable checkpoint, its logs
-keeping each step once.
+``--resume`` reads; no second format). The last iteration is reported once the run's record is
+complete (final evaluation, summary), marked ``done``: no scheduler acts on a finished trial. A
+trial whose worker died restarts here with Tune's checkpoint: the run directory is resumed exactly
+from its newest usable checkpoint, its logs keeping each step once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TuneReport:
     def __init__(self, metric: str) -> None:
         self.metric = metric
         self._held: dict[str, Any] | None = None
+        self._final: tuple[dict[str, Any], Path] | None = None
         self.stopped = False  # by Tune's scheduler: the run ends after this iteration, its record complete
 
     def _report(self, trainer, metrics: dict[str, Any], checkpoint=None) -> None:
@@ -73,14 +75,28 @@ class TuneReport:
             self._report(trainer, metrics)
 
     def on_checkpoint(self, trainer, path: Path) -> None:
-        from ray import tune
-
         metrics, self._held = self._held, None
         if metrics is None:
             return
+        if trainer.frames >= trainer.cfg.train.total_frames:
+            self._final = (metrics, Path(path))  # reported once the run's record is complete
+        else:
+            self._report_checkpoint(trainer, metrics, Path(path))
+
+    def on_run_end(self, trainer, summary: dict[str, Any]) -> None:
+        """The last iteration, reported after the final evaluation and summary, as ``done``: no scheduler
+        acts on a trial that spent its budget (PBT would otherwise hand it another trial's final state)."""
+        if self._final is not None:
+            metrics, path = self._final
+            self._final = None
+            self._report_checkpoint(trainer, {**metrics, "done": True}, path)
+
+    def _report_checkpoint(self, trainer, metrics: dict[str, Any], path: Path) -> None:
+        from ray import tune
+
         with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage before returning
-            shutil.copy2(path, Path(folder) / Path(path).name)
-            origin = {"trial_id": tune.get_context().get_trial_id(), "file": Path(path).name, "frames": trainer.frames}
+            shutil.copy2(path, Path(folder) / path.name)
+            origin = {"trial_id": tune.get_context().get_trial_id(), "file": path.name, "frames": trainer.frames}
             (Path(folder) / ORIGIN_FILE).write_text(json.dumps(origin))
             self._report(trainer, metrics, tune.Checkpoint.from_directory(folder))
 

@@ -180,6 +180,10 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
         if found:
             exploits.append((t, found[-1][0], found[-1][1], int(found[-1][2])))
     assert exploits, "PBT exploited no trial"
+    # each result names its own trial (after an exploit a trial's last metrics may be its donor's), and
+    # no trial that spent its budget was handed another's final state (its last report is marked done)
+    assert sorted(t.name for t in result.trials) == sorted(p.name for p in (result.out / "trials").iterdir())
+    assert all(frame < 200 for _, _, _, frame in exploits)
     receiver, donor, file, frame = exploits[0]
     # the receiver continued from the donor's checkpoint, byte for byte: the copy Tune kept of it (the
     # donor's own run directory may since have replaced that file, exploiting another trial in turn)
