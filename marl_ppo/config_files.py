@@ -1,6 +1,7 @@
 """The YAML files configs and suites are read from: a path, or one shipped with the package, by name.
 
-The package ships its configs in ``marl_ppo/configs/`` (``navigation``, ``balance``, ...; suites in
+The package ships its configs in ``marl_ppo/configs/`` (``navigation``, ``balance``, ..., the tuned
+``tuned/navigation`` and ``tuned/balance``; suites in
 ``configs/suites/``, tuning experiments in ``configs/tune/``; in a checkout, ``configs/`` at the root
 is a link to them), so that an installed package trains ``marl-ppo train balance`` from any folder.
 A name is looked up only where no file of that name exists: ``marl-ppo train balance.yaml`` in a
@@ -34,8 +35,10 @@ CONFIGS = Path(__file__).resolve().parent / "configs"  # package data (pyproject
 
 
 def shipped_configs() -> list[str]:
-    """The names of the train configs shipped with the package."""
-    return sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+    """The names of the train configs shipped with the package: ``navigation``, ..., and the tuned ones,
+    ``tuned/navigation``, ... (the best trials of ``configs/tune/``'s searches)."""
+    tuned = [f"tuned/{p.stem}" for p in (CONFIGS / "tuned").glob("*.yaml")]
+    return sorted([p.stem for p in CONFIGS.glob("*.yaml")] + tuned)
 
 
 def shipped_suites() -> list[str]:
@@ -52,8 +55,8 @@ def _find(arg: str | Path, folder: Path, names: list[str], what: str) -> Path:
     path = Path(arg)
     if path.exists():
         return path
-    name = path.name.removesuffix(".yaml").removesuffix(".yml")
-    if path.parent == Path(".") and name in names:
+    name = path.as_posix().removesuffix(".yaml").removesuffix(".yml")
+    if name in names:  # a bare name, or a shipped subfolder's (tuned/navigation)
         return folder / f"{name}.yaml"
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -69,8 +69,9 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
 def test_the_sdist_builds_the_same_wheel_and_both_ship_the_configs(wheels):
     files = _wheel_files(wheels["from_tree"])
     assert files == _wheel_files(wheels["from_sdist"])
-    shipped = {f"marl_ppo/configs/{p.name}" for p in (ROOT / "marl_ppo" / "configs").glob("*.yaml")}
-    shipped |= {f"marl_ppo/configs/suites/{p.name}" for p in (ROOT / "marl_ppo" / "configs" / "suites").glob("*.yaml")}
+    # every YAML under marl_ppo/configs: configs, suites, tune files, tuned configs
+    shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "marl_ppo" / "configs").rglob("*.yaml")}
+    assert {"marl_ppo/configs/tuned/navigation.yaml", "marl_ppo/configs/tune/tiny.yaml"} <= shipped
     assert shipped and shipped <= files
     assert not any(f.startswith(("tests/", "docs/", "examples/")) for f in files)
     meta = zipfile.ZipFile(wheels["from_tree"]).read(f"marl_ppo-{_version()}.dist-info/METADATA").decode()
@@ -158,6 +159,10 @@ def test_list_shows_the_shipped_configs_and_suites(capsys):
         assert re.search(rf"^  {path.stem} +\S", text, re.M), path.stem
     for path in (ROOT / "marl_ppo" / "configs" / "suites").glob("*.yaml"):
         assert re.search(rf"^  {path.stem} +\S", text, re.M), path.stem
+    for path in (ROOT / "marl_ppo" / "configs" / "tuned").glob("*.yaml"):
+        assert re.search(rf"^  tuned/{path.stem} +\S", text, re.M), path.stem
+    assert main(["train", "tuned/navigation", "--print-config"]) == 0
+    assert "lr: 0.0028" in capsys.readouterr().out
 
 
 def test_print_config_round_trips(tmp_path, capsys):

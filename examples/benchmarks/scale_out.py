@@ -6,7 +6,12 @@
    ``--ray-address`` is given; its start-up is timed apart). Per-job overhead = (wall x slots -
    the jobs' own seconds) / jobs: the time a slot spent not training (process start and imports,
    scheduling, result files).
-2. Collection frames/s of ``train.collector.backend`` direct, process and ray (2 workers each) at
+2. Per-trial overhead of Ray Tune against the plain Ray launcher on the same cluster: the tiny suite's
+   navigation runs over ``--tune-seeds`` seeds, once as a suite with ``--launcher ray`` and once as
+   ``marl-ppo tune`` trials (``train.seed`` as a grid, ``fifo``: every trial its budget). Both run
+   2 at a time with the same overrides; overhead per trial = (Tune's wall - the launcher's wall) x
+   slots / trials (Tune's trial actors, its reports, checkpoints and results files, its experiment state).
+3. Collection frames/s of ``train.collector.backend`` direct, process and ray (2 workers each) at
    ``--num-envs`` VMAS navigation envs, 100 steps per batch, the policy's weights pushed after every
    batch as the trainer does; the first batch (start-up) is left out.
 
@@ -39,6 +44,46 @@ def launcher_overhead(launcher: str, seeds: tuple[int, ...], slots: int, out: Pa
     job_s = sum(r.seconds for r in result.runs)
     n = len(result.runs)
     return {"jobs": n, "wall_s": wall, "job_s_mean": job_s / n, "overhead_per_job_s": (wall * slots - job_s) / n}
+
+
+def tune_overhead(seeds: tuple[int, ...], slots: int, out: Path) -> dict[str, float]:
+    from marl_ppo.suite import Suite, run_suite
+    from marl_ppo.suite.tune_runner import run_tune
+    from marl_ppo.suite.tune_spec import TuneSpec
+
+    tiny = Suite.load(TINY)
+    suite = tiny.replace(tasks=tiny.tasks[:1], seeds=seeds, workers=slots)  # navigation
+    t0 = time.perf_counter()
+    result = run_suite(suite, out=out / "suite", launcher="ray", plot=False, rerun=True, echo=lambda _: None)
+    ray_wall = time.perf_counter() - t0
+    if result.failed:
+        raise RuntimeError(result.table())
+    spec = TuneSpec.from_dict(
+        {
+            "name": "overhead",
+            "task": str(ROOT / "configs" / "navigation.yaml"),
+            "overrides": list(tiny.overrides),
+            "space": {"train.seed": {"grid": list(seeds)}},
+            "scheduler": "fifo",
+            "metric": "collect/agents/episode_reward",
+            "num_samples": 1,
+            "resources": {"cpus": 1},
+            "out": str(out / "tune"),
+        },
+        source="overhead",
+    )
+    t0 = time.perf_counter()
+    tuned = run_tune(spec, echo=lambda _: None)
+    tune_wall = time.perf_counter() - t0
+    if any(t.status != "finished" for t in tuned.trials):
+        raise RuntimeError([(t.name, t.status, t.error) for t in tuned.trials])
+    n = len(seeds)
+    return {
+        "trials": n,
+        "ray_launcher_wall_s": ray_wall,
+        "tune_wall_s": tune_wall,
+        "tune_overhead_per_trial_s": (tune_wall - ray_wall) * slots / n,
+    }
 
 
 def collection_fps(backend: str, num_envs: int, batches: int, threads: int) -> float:
@@ -79,7 +124,8 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=5, help="timed collection batches per backend")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
     p.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the local Ray cluster")
-    p.add_argument("--skip", nargs="*", default=[], choices=("launchers", "collection"))
+    p.add_argument("--tune-seeds", type=int, default=8, help="trials of the Tune comparison")
+    p.add_argument("--skip", nargs="*", default=[], choices=("launchers", "tune", "collection"))
     args = p.parse_args()
     import ray
     import torch
@@ -104,6 +150,13 @@ def main() -> None:
                         f"launcher {launcher}: "
                         + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
                     )
+        if "tune" not in args.skip:
+            with tempfile.TemporaryDirectory() as tmp:
+                r = tune_overhead(tuple(range(2 if args.quick else args.tune_seeds)), 2, Path(tmp))
+                print(
+                    "tune vs ray launcher: "
+                    + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+                )
         if "collection" not in args.skip:
             for backend in ("direct", "process", "ray"):
                 fps = collection_fps(backend, args.num_envs, batches, args.threads)

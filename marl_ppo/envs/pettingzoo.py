@@ -227,7 +227,8 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> Env
 
     make = partial(pettingzoo.make, "aec", _classic_id(task))  # turn-based: no max_cycles/continuous_actions
     try:
-        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, "pettingzoo.classic")
+        own = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
+        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, "pettingzoo.classic", own)
     except ConfigError as err:
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
             raise _missing_dependency(task, err.__cause__) from err.__cause__
@@ -276,12 +277,20 @@ def _accepts_max_cycles(module) -> bool:
 
 
 def _construct(
-    make: Callable[..., Any], kwargs: dict, max_steps: int, takes_max_cycles: bool, where: str, name: str, family: str
+    make: Callable[..., Any],
+    kwargs: dict,
+    max_steps: int,
+    takes_max_cycles: bool,
+    where: str,
+    name: str,
+    family: str,
+    own: str | None = None,
 ) -> Any:
     """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it.
 
     Any error of the env's constructor becomes one ConfigError naming the call and ``env.kwargs``; a
-    keyword it does not take, the parameters of the class that refused it (found in ``family``'s modules).
+    keyword it does not take, the parameters of the class that refused it (found in the game's ``own``
+    module first, then in ``family``'s: several games name their class ``raw_env``).
     """
     try:
         if "max_cycles" not in kwargs and takes_max_cycles:
@@ -296,7 +305,7 @@ def _construct(
         raise
     except TypeError as err:
         refused = re.match(r"([\w.]+?)(?:\.__init__)?\(\) got an unexpected keyword argument '(\w+)'", str(err))
-        ctor = _find_callable(family, refused.group(1)) if refused else None
+        ctor = _find_callable(family, refused.group(1), own) if refused else None
         if ctor is not None:
             _check_kwargs(name, ctor, kwargs)
         raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {err}") from err
@@ -304,18 +313,23 @@ def _construct(
         raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {type(err).__name__}: {err}") from err
 
 
-def _find_callable(family: str, qualname: str) -> Any:
-    """The class or function called ``qualname`` in one of the loaded modules of package ``family``, if any:
-    PettingZoo's constructors pass ``**kwargs`` down to a base class whose signature names the parameters."""
+def _find_callable(family: str, qualname: str, own: str | None = None) -> Any:
+    """The class or function called ``qualname`` in one of the loaded modules of package ``family``, if any,
+    those of the game's ``own`` module first: PettingZoo's constructors pass ``**kwargs`` down to a base
+    class whose signature names the parameters."""
     head, *rest = qualname.split(".")
-    for module_name, module in list(sys.modules.items()):
-        if module_name == family or module_name.startswith(family + "."):
-            obj = getattr(module, head, None)
-            for part in rest:
-                obj = getattr(obj, part, None)
-            if callable(obj):
-                return obj
+    loaded = [(n, m) for n, m in list(sys.modules.items()) if _within(n, family)]
+    for _, module in sorted(loaded, key=lambda item: not (own and _within(item[0], own))):  # stable: own first
+        obj = getattr(module, head, None)
+        for part in rest:
+            obj = getattr(obj, part, None)
+        if callable(obj):
+            return obj
     return None
+
+
+def _within(module_name: str, package: str) -> bool:
+    return module_name == package or module_name.startswith(package + ".")
 
 
 def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
@@ -325,7 +339,7 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     ctor = module.parallel_env if parallel else module.env
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
     family = ".".join(path.split(".")[:2])
-    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, family)
+    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, family, path)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
 
@@ -360,5 +374,7 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
     )
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
     where, family = f"pettingzoo.make({env_id!r}, **env.kwargs)", ".".join(spec.entry_point.split(".")[:2])
-    game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, family)
+    game = _construct(
+        make, kwargs, max_steps, takes_max_cycles, where, env_id, family, spec.entry_point.partition(":")[0]
+    )
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))

@@ -117,8 +117,8 @@ def resolve_task(path: str, base: Optional[Path], where: str) -> Path:
     for c in candidates:
         if c.exists():
             return c.resolve()
-    if p.parent == Path(".") and p.name.removesuffix(".yaml") in shipped_configs():  # a shipped config by name
-        return config_path(p.name)
+    if p.as_posix().removesuffix(".yaml") in shipped_configs():  # a shipped config by name (tuned/balance)
+        return config_path(p)
     raise SuiteError(
         f"{where}: config file {path!r} not found (tried {', '.join(str(c) for c in candidates)}; "
         f"nor is it a shipped config: {shipped_configs()})"

@@ -55,6 +55,8 @@ class TuneReport:
         except SystemExit:  # a scheduler's stop: Ray ends the trial's thread from inside report()
             from marl_ppo.run.directory import note
 
+            if metrics.get("done"):  # the last report of a finished run: the trial ends as it should
+                return
             self.stopped = True
             note(trainer.run_dir, f"stopped or paused by Ray Tune's scheduler at frame {trainer.frames}")
             trainer.stop()  # instead: the final checkpoint, evaluation, plots and summary, as any run's

@@ -36,7 +36,7 @@ from marl_ppo.config import (
 from marl_ppo.envs import pettingzoo_tasks, vmas_scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_FILES = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIG_FILES = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "tuned").glob("*.yaml"))
 
 
 def make_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

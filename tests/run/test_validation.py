@@ -130,10 +130,23 @@ def test_bad_value_is_refused_before_a_run_directory_exists(tmp_path, capsys, ov
     assert not (tmp_path / "runs").exists(), "a refused config created a run directory"
 
 
+def test_a_classic_games_unknown_kwarg_names_its_own_parameters_whatever_else_is_loaded(tmp_path, capsys):
+    """Several classic games name their class ``raw_env``: the hint reads the refusing game's own."""
+    import importlib
+
+    for other in ("go_v5", "connect_four_v3", "rps_v2"):
+        importlib.import_module(f"pettingzoo.classic.{other}")
+    overrides = ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.kwargs={screen_heigth: 2}"]
+    assert main(["train", *overrides, f"log.root={tmp_path / 'runs'}", "log.progress=false"]) == 1
+    err = capsys.readouterr().err
+    assert "did you mean 'screen_height'" in err and "screen_scaling" not in err, err
+
+
 def test_the_default_configs_pass_the_checks():
     from marl_ppo.config import load_config
 
-    for path in sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")):
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    for path in [*sorted(configs.glob("*.yaml")), *sorted((configs / "tuned").glob("*.yaml"))]:
         load_config(path)
 
 

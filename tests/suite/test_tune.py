@@ -40,6 +40,15 @@ def asha(ray_cluster, tmp_path_factory):
     return run_tune(TuneSpec(**{**spec.__dict__, "out": str(out)}), echo=lambda _: None)
 
 
+@pytest.mark.parametrize("name", ["tiny", "navigation", "navigation_grid", "balance"])
+def test_the_shipped_tune_files_pass_the_checks(name):
+    from marl_ppo.suite.tune_runner import check_tune
+
+    spec = TuneSpec.load(name)
+    base = check_tune(spec)
+    assert base.train.total_frames == (FRAMES if name == "tiny" else 120_000)
+
+
 @pytest.mark.slow
 def test_asha_stops_trials_that_cannot_learn_and_the_best_config_trains(asha, tmp_path):
     trials = asha.trials
@@ -53,6 +62,8 @@ def test_asha_stops_trials_that_cannot_learn_and_the_best_config_trains(asha, tm
         frames = [f for f, _ in read_scalars(t.run_dir)["train/loss"]]
         assert frames == sorted(set(frames))
     assert all("stopped or paused by Ray Tune's scheduler" in (t.run_dir / "run.log").read_text() for t in stopped)
+    finished = [t for t in trials if t.status == "finished"]
+    assert not any("stopped or paused" in (t.run_dir / "run.log").read_text() for t in finished)
     best = asha.best
     assert best.status == "finished" and best.params["train.lr"] > 1e-6
     assert best.last == max(t.last for t in trials if t.status == "finished")
