@@ -317,6 +317,7 @@ def _plot(spec: TuneSpec, trials: list[TrialResult], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # up to 20 trials in distinct colours
     for t in trials:
         if t.history:
             ax.plot(*zip(*t.history), label=f"{t.name} ({t.status})", marker=".")
