@@ -162,6 +162,8 @@ def test_scale_out_quick(ray_cluster):
             out.stdout,
         )
         assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout
+    m = re.search(r"tune vs ray launcher: trials=2 ray_launcher_wall_s=([0-9.]+) tune_wall_s=([0-9.]+) ", out.stdout)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout
     for backend in ("direct", "process", "ray"):
         m = re.search(rf"collect {backend}: envs=64 workers=[12] frames_per_s=([0-9]+)", out.stdout)
         assert m and int(m.group(1)) > 0, out.stdout
@@ -210,6 +212,36 @@ def test_models_quick_one_task_one_variant_one_seed(tmp_path):
     assert "train.lr=1e-3" in run["command"] and "train.num_threads=1" in run["command"]
     summary = json.loads((Path(run["run_dir"]) / "summary.json").read_text())
     assert run["eval_return"] == summary["eval/agents/episode_reward"]
+
+
+def test_tuned_compares_the_shipped_tuned_config_with_benchmarl_and_reuses_finished_runs(tmp_path):
+    """tuned.py on 2 seeds of navigation at one batch, a stand-in for BenchMARL's script: each side's
+    returns as read from the runs, their mean, and Welch's t-test as scipy computes it."""
+    import json
+    import statistics
+
+    from scipy.stats import ttest_ind
+
+    fake = tmp_path / "fake_benchmarl.sh"
+    fake.write_text(FAKE_BENCHMARL)
+    args = ["--tasks", "navigation", "--seeds", "2", "--frames", "6000", "--benchmarl-script", str(fake)]
+    out = _run("tuned.py", *args, "--out", str(tmp_path / "out"), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
+    results = json.loads((tmp_path / "out" / "tuned_results.json").read_text())
+    (row,) = results["table"]
+    ours = [r for r in results["runs"] if r["variant"] == "ours, configs/tuned"]
+    assert [r["seed"] for r in ours] == [100, 101] and all("tuned/navigation" in r["command"] for r in ours)
+    for r in ours:  # the return is the run's last collected one
+        from marl_ppo.run.logger import read_scalars
+
+        assert r["train_return"] == read_scalars(Path(r["run_dir"]))["collect/agents/episode_reward"][-1][1]
+    assert row["ours"] == [r["train_return"] for r in ours] and row["benchmarl"] == [-0.5, -0.5]
+    assert row["ours_mean"] == pytest.approx(statistics.fmean(row["ours"]))
+    assert row["p"] == pytest.approx(ttest_ind(row["ours"], row["benchmarl"], equal_var=False).pvalue, nan_ok=True)
+    assert re.search(r"^\| navigation \| -?[0-9.]+ ± [0-9.]+ \| -0\.500 ± 0\.000 \|", out.stdout, re.M), out.stdout
+    again = _run("tuned.py", *args, "--out", str(tmp_path / "out"), timeout=300)
+    rerun = json.loads((tmp_path / "out" / "tuned_results.json").read_text())
+    assert again.returncode == 0 and all(r["reused"] for r in rerun["runs"] if r["variant"] == "ours, configs/tuned")
 
 
 def test_models_unknown_key_stops_before_any_run(tmp_path):

@@ -325,16 +325,16 @@ def _final_returns(run_dir: Path) -> tuple[int, float, float]:
 
 
 def run_ours(args, run: Run) -> Run:
+    config = str(ROOT / "configs" / TASKS[run.task].config)
+    return run_train(args, run, [sys.executable, "-m", "marl_ppo.cli", "train", config, *run.overrides])
+
+
+def run_train(args, run: Run, command: list[str], stamp_name: str = "models_run.json") -> Run:
+    """Runs ``command`` (a ``marl-ppo train`` child writing ``run.run_dir``) unless that directory holds a
+    finished run of the same command (``args.rerun``: always); its frames and returns into ``run``."""
     run_dir = Path(run.run_dir)
-    run.command = [
-        sys.executable,
-        "-m",
-        "marl_ppo.cli",
-        "train",
-        str(ROOT / "configs" / TASKS[run.task].config),
-        *run.overrides,
-    ]
-    stamp = run_dir / "models_run.json"
+    run.command = command
+    stamp = run_dir / stamp_name
     if (
         not args.rerun
         and (run_dir / "summary.json").exists()

@@ -21,42 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import BENCHMARL, BENCHMARL_SH, ROOT, Run, _final_returns, _mean_sd, child_env, run_benchmarl  # noqa: E402
+from models import BENCHMARL, BENCHMARL_SH, Run, _mean_sd, run_benchmarl, run_train  # noqa: E402
 
 TUNED = "ours, configs/tuned"
 TASKS = ("navigation", "balance")
 
 
 def run_tuned(args, run: Run) -> Run:
-    run_dir = Path(run.run_dir)
-    run.command = [sys.executable, "-m", "marl_ppo.cli", "train", f"tuned/{run.task}", *run.overrides]
-    stamp = run_dir / "tuned_run.json"
-    if (
-        (run_dir / "summary.json").exists()
-        and stamp.exists()
-        and json.loads(stamp.read_text())["command"] == run.command[1:]
-    ):
-        run.frames, run.train_return, run.eval_return = _final_returns(run_dir)
-        run.wall_s, run.rc, run.reused = json.loads(stamp.read_text())["wall_s"], 0, True
-        return run
-    t0 = time.perf_counter()
-    proc = subprocess.run(run.command, cwd=ROOT, env=child_env(args.threads), capture_output=True, text=True)
-    run.wall_s, run.rc = time.perf_counter() - t0, proc.returncode
-    if proc.returncode != 0 or not (run_dir / "summary.json").exists():
-        run.error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:500]
-        return run
-    run.frames, run.train_return, run.eval_return = _final_returns(run_dir)
-    stamp.write_text(json.dumps({"command": run.command[1:], "wall_s": run.wall_s}))
-    return run
+    command = [sys.executable, "-m", "marl_ppo.cli", "train", f"tuned/{run.task}", *run.overrides]
+    return run_train(args, run, command, "tuned_run.json")
 
 
 def plan(args) -> list[Run]:
@@ -143,7 +123,7 @@ def main(argv=None) -> int:
     if args.seeds < 2:
         p.error("--seeds must be >= 2 (a t-test needs two per side)")
     args.seed_list = list(range(args.seed, args.seed + args.seeds))
-    args.quick = False  # run_benchmarl's sizes: BenchMARL's base config
+    args.quick, args.rerun = False, False  # run_benchmarl's sizes: BenchMARL's base config; reuse finished runs
     args.out = args.out or tempfile.mkdtemp(prefix="tuned-bench-")
     args.json = args.json or str(Path(args.out) / "tuned_results.json")
     runs = plan(args)
