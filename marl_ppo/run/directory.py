@@ -53,9 +53,11 @@ def record_collector(run_dir: Path, collector) -> str:
 
 
 def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str, Any]:
-    """A finished run resumed: says so in one line and returns its ``summary.json`` as it is (untouched)."""
+    """A finished run resumed (or one stopped early, its record complete): says so in one line and returns
+    its ``summary.json`` as it is (untouched)."""
+    ended = "has finished" if frames >= total_frames else "was stopped before its budget"
     print(
-        f"marl-ppo: {run_dir} has finished ({frames} frames, train.total_frames={total_frames}): nothing to "
+        f"marl-ppo: {run_dir} {ended} ({frames} frames, train.total_frames={total_frames}): nothing to "
         "train; its summary.json is kept",
         file=sys.stderr,
     )

@@ -127,7 +127,7 @@ class Trainer:
         remaining = cfg.train.total_frames - self.frames
         if (remaining <= 0 or self._stop_requested) and not (self.run_dir / "summary.json").exists():
             return self._finish()  # ended (or stopped) after its last checkpoint, before its summary: completed
-        if remaining <= 0:  # a finished run, resumed: its record stays as it is
+        if remaining <= 0 or self._stop_requested:  # finished, or stopped before fit with its record: kept
             self.close()
             return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
         collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)

@@ -114,6 +114,23 @@ def test_resuming_a_finished_run_says_so_and_keeps_its_summary(run):
     assert (run / "summary.json").read_bytes() == summary
 
 
+def test_a_run_stopped_before_fit_with_its_record_complete_trains_nothing(run, capsys):
+    """``stop()`` before ``fit()`` on a resumed run that has its summary (a trial whose record was
+    completed meanwhile): nothing is trained, its files stay as they are, even with frames left."""
+    from marl_ppo.config import load_config
+    from marl_ppo.run.trainer import Trainer
+
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    trainer = Trainer(load_config(run / "config.yaml", [f"train.total_frames={4 * FPB}"]), run_dir=run, resume=True)
+    trainer.stop()
+    assert trainer.fit()["frames"] == 2 * FPB
+    assert f"was stopped before its budget ({2 * FPB} frames, train.total_frames={4 * FPB})" in capsys.readouterr().err
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k.name not in ("resume.log", "run.log", "config.yaml")} == {
+        k: v for k, v in before.items() if k.name not in ("resume.log", "run.log", "config.yaml")
+    }
+
+
 # every changeable key, changed at once on one resume, and how the resumed iterations show it in force
 CHANGES = {
     "train.total_frames": f"train.total_frames={4 * FPB}",
