@@ -228,7 +228,7 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> Env
     make = partial(pettingzoo.make, "aec", _classic_id(task))  # turn-based: no max_cycles/continuous_actions
     try:
         own = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
-        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, "pettingzoo.classic", own)
+        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, own)
     except ConfigError as err:
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
             raise _missing_dependency(task, err.__cause__) from err.__cause__
@@ -283,14 +283,13 @@ def _construct(
     takes_max_cycles: bool,
     where: str,
     name: str,
-    family: str,
-    own: str | None = None,
+    own: str,
 ) -> Any:
     """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it.
 
     Any error of the env's constructor becomes one ConfigError naming the call and ``env.kwargs``; a
     keyword it does not take, the parameters of the class that refused it (found in the game's ``own``
-    module first, then in ``family``'s: several games name their class ``raw_env``).
+    module first, then in its family's, ``pettingzoo.classic``...: several games name their class ``raw_env``).
     """
     try:
         if "max_cycles" not in kwargs and takes_max_cycles:
@@ -305,7 +304,7 @@ def _construct(
         raise
     except TypeError as err:
         refused = re.match(r"([\w.]+?)(?:\.__init__)?\(\) got an unexpected keyword argument '(\w+)'", str(err))
-        ctor = _find_callable(family, refused.group(1), own) if refused else None
+        ctor = _find_callable(".".join(own.split(".")[:2]), refused.group(1), own) if refused else None
         if ctor is not None:
             _check_kwargs(name, ctor, kwargs)
         raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {err}") from err
@@ -338,8 +337,7 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     parallel = callable(getattr(module, "parallel_env", None))
     ctor = module.parallel_env if parallel else module.env
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
-    family = ".".join(path.split(".")[:2])
-    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, family, path)
+    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, path)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
 
@@ -373,8 +371,6 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
         importlib.import_module(spec.entry_point.partition(":")[0])
     )
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
-    where, family = f"pettingzoo.make({env_id!r}, **env.kwargs)", ".".join(spec.entry_point.split(".")[:2])
-    game = _construct(
-        make, kwargs, max_steps, takes_max_cycles, where, env_id, family, spec.entry_point.partition(":")[0]
-    )
+    where = f"pettingzoo.make({env_id!r}, **env.kwargs)"
+    game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, spec.entry_point.partition(":")[0])
     return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
