@@ -151,6 +151,8 @@ def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.run.evaluation import Evaluator
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
+    if args.opponent:
+        return _matches(args, cfg, parts)
     recorder = None
     if args.video:
         if cfg.env.kind != "vmas":
@@ -159,9 +161,7 @@ def _eval(args: argparse.Namespace) -> int:
 
         recorder = FrameRecorder()
     # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
-    evaluator = Evaluator(
-        cfg, parts.router.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps
-    )
+    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps)
     try:
         out = evaluator(callback=recorder)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
@@ -181,6 +181,30 @@ def _eval(args: argparse.Namespace) -> int:
         result["video"] = str(recorder.save(args.video))
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _matches(args: argparse.Namespace, cfg, parts) -> int:
+    """``marl-ppo eval RUN --opponent SOURCE``: win/draw/loss per seat, one line each, and JSON."""
+    from marl_ppo.run.evaluation import Evaluator
+    from marl_ppo.run.matches import Matches
+
+    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps)
+    try:
+        played = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat)()
+    finally:
+        evaluator.close()
+        parts.env.close()
+    out, failed = [], False
+    for (source, seat), (result, counts) in played.items():
+        if counts is None:
+            print(f"marl-ppo eval: against {source} in seat {seat}: {result.no_episode_message()}", file=sys.stderr)
+            failed = True
+            continue
+        print(f"against {source}: {counts.line()}", file=sys.stderr)
+        rates = {"win_rate": counts.win_rate, "draw_rate": counts.draw_rate, "loss_rate": counts.loss_rate}
+        out.append({"opponent": source, **dataclasses.asdict(counts), **rates})
+    print(json.dumps({"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "matches": out}, indent=2))
+    return 1 if failed else 0
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -253,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
     p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
     p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")
+    p.add_argument(
+        "--opponent",
+        action="append",
+        metavar="SOURCE",
+        help="play the trained policy against SOURCE (random, checkpoint:RUN_DIR[:GROUP], module:callable) in "
+        "each seat: win/draw/loss rates per seat, --episodes per seat; may be repeated",
+    )
+    p.add_argument("--seat", help="with --opponent: the group the trained policy plays (default: every seat it can)")
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")

@@ -26,6 +26,7 @@ from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.config_files import config_path, read_config_file
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.models.options import ModelConfig
+from marl_ppo.opponents.options import parse_source
 from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
 
 __all__ = [
@@ -220,6 +221,8 @@ class LogConfig:
         plot: write learning-curve PNGs at the end of a run.
         video: VMAS only: save a GIF of one deterministic episode at every evaluation
             (``videos/`` in the run directory; also sent to TensorBoard, W&B and MLflow).
+        eval_opponents: opponent sources the trained policy also plays at every evaluation, in each
+            seat it can take: win, draw and loss rates per seat (``docs/opponents.md``).
         wandb: W&B project, entity, group, tags and mode (:class:`WandbConfig`).
         mlflow: MLflow tracking URI and experiment (:class:`MlflowConfig`).
     """
@@ -233,6 +236,7 @@ class LogConfig:
     progress: bool = True
     plot: bool = True
     video: bool = False
+    eval_opponents: list[str] = field(default_factory=list)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
@@ -242,6 +246,9 @@ class LogConfig:
         at_least("log.eval_every", self.eval_every, 0, " (0: only at the end)")
         at_least("log.checkpoint_every", self.checkpoint_every, 0, " (0: only at the end)")
         at_least("log.eval_episodes", self.eval_episodes, 1)
+        for i, source in enumerate(self.eval_opponents):
+            if parse_source(f"log.eval_opponents[{i}]", source).kind == "self":
+                raise ConfigError(f"log.eval_opponents[{i}]: 'self' is how a group trains, not an opponent to play")
 
 
 @dataclass
@@ -256,6 +263,8 @@ class Config:
         log: run directory, loggers, evaluation, checkpoints (:class:`LogConfig`).
         reward_table: the YAML/dict form of :class:`~marl_ppo.groups.reward_table.RewardTable`
             (see ``docs/reward_table.md``); empty means each group trains on its own reward.
+        opponents: groups that play from a source instead of learning, ``{group: source}``
+            (``random``, ``self``, ``checkpoint:RUN_DIR[:GROUP]``, ``module:callable``; ``docs/opponents.md``).
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -264,8 +273,11 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     reward_table: Optional[dict[str, Any]] = None
+    opponents: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for group, source in self.opponents.items():
+            parse_source(f"opponents.{group}", source)
         if self.log.video and self.env.kind != "vmas":
             raise ConfigError(f"log.video renders VMAS envs only (log.video=true); env.kind is {self.env.kind!r}")
         if self.reward_table is not None:

@@ -259,14 +259,22 @@ class GroupRouter(nn.Module):
         model: ModelConfig | None = None,
         value_norm: str = "none",
         popart_beta: float = 0.95,
+        shared: Mapping[str, str] | None = None,
         **loss_kwargs,
     ) -> "GroupRouter":
         """Builds each group's actor and critic from its specs (:func:`~marl_ppo.models.build_models`;
-        ``model`` gives every option, else ``share_params``/``hidden``/``activation`` an MLP), then the router."""
+        ``model`` gives every option, else ``share_params``/``hidden``/``activation`` an MLP), then the router.
+        ``shared``: groups that play with another group's networks (``{"player_2": "player_1"}``)."""
         if model is None:
             model = ModelConfig(hidden=list(hidden), activation=activation, share_params=share_params)
         actors, critics = build_models(
-            groups, model, algorithm=algorithm, value_norm=value_norm, popart_beta=popart_beta, device=device
+            groups,
+            model,
+            algorithm=algorithm,
+            value_norm=value_norm,
+            popart_beta=popart_beta,
+            device=device,
+            shared=shared,
         )
         router = cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
         # the losses' own buffers (clip bounds, coefficients) join the networks on the device

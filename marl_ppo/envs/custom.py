@@ -47,26 +47,27 @@ EnvFactory = Callable[..., EnvBase]
 SYSTEM_ARGUMENTS = ("num_envs", "device", "seed", "max_steps")
 
 
-def load_factory(spec: str) -> EnvFactory:
-    """The callable that ``"package.module:callable"`` or ``"path/to/file.py:callable"`` names."""
+def load_factory(spec: str, what: str = "env.factory") -> EnvFactory:
+    """The callable that ``"package.module:callable"`` or ``"path/to/file.py:callable"`` names; errors name
+    it as ``what`` (the config key that gave it)."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name or (len(target) == 1 and target.isalpha()):  # "C:\env.py"
-        raise ConfigError(f"env.factory {spec!r}: expected 'package.module:callable' or 'path/to/file.py:callable'")
-    module = _import_file(spec, target) if target.endswith(".py") else _import_module(spec, target)
+        raise ConfigError(f"{what} {spec!r}: expected 'package.module:callable' or 'path/to/file.py:callable'")
+    module = _import_file(spec, target, what) if target.endswith(".py") else _import_module(spec, target, what)
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
             raise ConfigError(
-                f"env.factory {spec!r}: module {module.__name__} has no attribute {name!r}; its callables are {public}"
+                f"{what} {spec!r}: module {module.__name__} has no attribute {name!r}; its callables are {public}"
             )
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ConfigError(f"env.factory {spec!r}: {name} is a {type(obj).__name__}, not a callable")
+        raise ConfigError(f"{what} {spec!r}: {name} is a {type(obj).__name__}, not a callable")
     return obj
 
 
-def _import_module(spec: str, module_name: str):
+def _import_module(spec: str, module_name: str, what: str):
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -78,20 +79,20 @@ def _import_module(spec: str, module_name: str):
             except ModuleNotFoundError:
                 sys.path.remove(cwd)
         raise ConfigError(
-            f"env.factory {spec!r}: cannot import module {module_name!r} (no module named {err.name!r}). "
+            f"{what} {spec!r}: cannot import module {module_name!r} (no module named {err.name!r}). "
             "Make it importable (pip install -e your package, or PYTHONPATH=its parent folder; "
             f"sys.path is {sys.path[:4]}...), or name the file: 'path/to/file.py:callable'"
         ) from err
     except Exception as err:
         raise ConfigError(
-            f"env.factory {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}"
+            f"{what} {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}"
         ) from err
 
 
-def _import_file(spec: str, file_name: str):
+def _import_file(spec: str, file_name: str, what: str):
     path = Path(file_name).expanduser().resolve()
     if not path.is_file():
-        raise ConfigError(f"env.factory {spec!r}: no file {str(path)!r} (relative paths start at {os.getcwd()})")
+        raise ConfigError(f"{what} {spec!r}: no file {str(path)!r} (relative paths start at {os.getcwd()})")
     module_name = f"marl_ppo_factory_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if module_name in sys.modules:
         return sys.modules[module_name]
@@ -102,7 +103,7 @@ def _import_file(spec: str, file_name: str):
         module_spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[module_name]
-        raise ConfigError(f"env.factory {spec!r}: running {path} raised {type(err).__name__}: {err}") from err
+        raise ConfigError(f"{what} {spec!r}: running {path} raised {type(err).__name__}: {err}") from err
     return module
 
 

@@ -51,7 +51,7 @@ from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
-__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks"]
+__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs"]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
 
@@ -98,6 +98,22 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
     with workers_ignore_stop_signals():  # Ctrl-C/SIGTERM are the main process's to handle
         env.set_seed(seed)  # starts a ParallelEnv's worker processes
     return env
+
+
+def raw_observation_specs(cfg: EnvConfig) -> dict[str, Any]:
+    """Each group's observation spec as the game gives it, before :class:`FlatObservation` (one probe copy):
+    ``[n_agents, *shape]`` (tic-tac-toe: ``int8`` ``[1, 3, 3, 2]``), a discrete one ``Categorical`` ``[n_agents]``."""
+    probe = copy_factory(cfg)(0)
+    try:
+        base = probe.base_env if isinstance(probe, TransformedEnv) else probe
+        spec = base.full_observation_spec
+        out = {}
+        for g in base.group_map:
+            leaf = spec[g, "observation"]
+            out[g] = leaf["observation"] if hasattr(leaf, "keys") else leaf
+        return out
+    finally:
+        probe.close()
 
 
 def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:

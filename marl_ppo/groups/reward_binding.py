@@ -7,7 +7,7 @@ naming the group, the key and what exists for anything that cannot fit) into one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -175,9 +175,10 @@ class BoundRewardTable:
     ``[*B, n_agents, 1]``. The env's raw entries are not modified.
     """
 
-    def __init__(self, table, plans: Mapping[str, GroupPlan]) -> None:
+    def __init__(self, table, plans: Mapping[str, GroupPlan], untrained: Sequence[str] = ()) -> None:
         self.table = table
         self.plans = dict(plans)
+        self.untrained = list(untrained)  # groups that act without learning: no training reward
         self.n_agents = {g: plan.n_agents for g, plan in self.plans.items()}
 
     @property
@@ -206,12 +207,13 @@ class BoundRewardTable:
 
     def __str__(self) -> str:
         lines = ["reward table (training reward <- env signals)"]
-        width = max(len(g) for g in self.plans)
+        width = max(len(g) for g in [*self.plans, *self.untrained])
         for group, plan in self.plans.items():
             formula = " + ".join(tp.term.describe(group) for tp in plan.terms)
             lines.append(f"  {group:<{width}}  [{plan.n_agents} agents]  reward <- {formula}")
             done = "own done (" + format_key(plan.done_key) + ")" if plan.done_per_agent else "root done"
             lines.append(f"  {'':<{width}}  {'':<{len(str(plan.n_agents)) + 9}}  done   <- {done}")
+        lines += [f"  {g:<{width}}  an opponent (opponents.{g}): acts, does not learn" for g in self.untrained]
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -38,7 +38,7 @@ A table is validated against the env's specs by :meth:`RewardTable.bind`, which 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from tensordict.utils import NestedKey
@@ -217,8 +217,11 @@ class RewardTable:
 
     # -- validation ------------------------------------------------------------------------
 
-    def bind(self, groups: Mapping[str, GroupSpec], env: Any) -> "BoundRewardTable":
-        """Validates the table against a multi-agent env's specs and returns the applicable table."""
+    def bind(self, groups: Mapping[str, GroupSpec], env: Any, untrained: Collection[str] = ()) -> "BoundRewardTable":
+        """Validates the table against a multi-agent env's specs and returns the applicable table.
+
+        ``untrained``: groups that do not learn (opponents): they need no row, and a row of theirs is
+        dropped; the other rows may still read their rewards."""
         batch_ndim = len(env.batch_size)
         signals: dict[tuple[str, ...], tuple[int, ...]] = {}
         for spec in (env.full_reward_spec, env.full_done_spec, env.full_observation_spec):
@@ -229,6 +232,7 @@ class RewardTable:
             signals,
             reward_keys={g: s.raw_reward_key for g, s in groups.items()},
             done_keys={g: (s.raw_done_key, s.raw_terminated_key) for g, s in groups.items()},
+            untrained=untrained,
         )
 
     def bind_shapes(
@@ -237,6 +241,7 @@ class RewardTable:
         signals: Mapping[tuple[str, ...], tuple[int, ...]],
         reward_keys: Mapping[str, NestedKey | None] | None = None,
         done_keys: Mapping[str, tuple[NestedKey | None, NestedKey | None]] | None = None,
+        untrained: Collection[str] = (),
     ) -> "BoundRewardTable":
         """Validates against plain shapes: ``n_agents`` per group and the per-step shape of each
         signal under ``"next"`` (env batch dims removed). Defaults: a group's reward is
@@ -253,7 +258,7 @@ class RewardTable:
                     (g, "done") if (g, "done") in signals else None,
                     (g, "terminated") if (g, "terminated") in signals else None,
                 )
-        unmapped = [g for g in n_agents if g not in self.rows]
+        unmapped = [g for g in n_agents if g not in self.rows and g not in untrained]
         if unmapped:
             raise RewardTableError(
                 f"group(s) {unmapped} have no row in the reward table; every group needs an explicit "
@@ -265,4 +270,5 @@ class RewardTable:
                 f"the reward table has row(s) for {extra}, which the env does not have; "
                 f"the env's groups are {list(n_agents)}"
             )
-        return BoundRewardTable(self, bind_rows(self.rows, n_agents, signals, reward_keys, done_keys))
+        rows = {g: row for g, row in self.rows.items() if g not in untrained}
+        return BoundRewardTable(self, bind_rows(rows, n_agents, signals, reward_keys, done_keys), untrained=untrained)

@@ -24,7 +24,7 @@ from tensordict.utils import NestedKey
 from torchrl.data import Composite, OneHot, TensorSpec
 from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
-__all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs"]
+__all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs", "seat_difference"]
 
 
 class GroupSpecError(ValueError):
@@ -134,6 +134,20 @@ class GroupSpec:
     @property
     def is_composite_action(self) -> bool:
         return isinstance(self.action_spec, Composite)
+
+
+def seat_difference(a: GroupSpec, b: GroupSpec) -> str | None:
+    """Why one group's policy cannot play the other's seat (``None``: it can): agents, observation,
+    action spec and legal-action mask must match."""
+    for what, x, y in (
+        ("agents", a.n_agents, b.n_agents),
+        ("observation shape", a.observation_shape, b.observation_shape),
+        ("action spec", a.agent_action_spec, b.agent_action_spec),
+        ("action mask", a.action_mask_key is not None, b.action_mask_key is not None),
+    ):
+        if x != y:
+            return f"{what} {x} (group {a.name!r}) != {y} (group {b.name!r})"
+    return None
 
 
 def group_map(env: EnvBase) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ from marl_ppo.lazy import lazy_exports
 _EXPORTS = {
     "build_models": "marl_ppo.models.builder",
     "build_actor": "marl_ppo.models.actor",
+    "seat_actor": "marl_ppo.models.actor",
     "build_critic": "marl_ppo.models.critic",
     "build_global_critic": "marl_ppo.models.critic",
     "value_norms": "marl_ppo.models.critic",

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -22,10 +23,10 @@ from torchrl.modules import ProbabilisticActor
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.mlp import agent_mlp
-from marl_ppo.models.modules import TensorOutModule, stamp_network
+from marl_ppo.models.modules import TensorOutModule, group_network, stamp_network
 from marl_ppo.models.registry import model_kind
 
-__all__ = ["build_actor"]
+__all__ = ["build_actor", "seat_actor"]
 
 
 def build_actor(
@@ -166,3 +167,19 @@ def _composite_actor(
         return_log_prob=True,
         default_interaction_type=InteractionType.RANDOM,
     )
+
+
+def seat_actor(spec: GroupSpec, actor: nn.Module, *, frozen: bool = False, what: str = "the policy") -> nn.Module:
+    """``actor``'s network in a policy on ``spec``'s keys: a trained policy playing another group's seat.
+
+    ``frozen``: a copy of the network without gradients (an opponent); else the network itself, shared.
+    A ValueError for an actor that is not built around one of our MLPs (``what`` names it).
+    """
+    net = group_network(actor)
+    if net is None:
+        raise ValueError(
+            f"{what} is not one of marl_ppo's MLP policies (a recurrent or custom policy cannot play another seat yet)"
+        )
+    if frozen:
+        net = copy.deepcopy(net).requires_grad_(False)
+    return build_actor(spec, net=net)

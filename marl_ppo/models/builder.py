@@ -7,9 +7,10 @@ from collections.abc import Mapping
 import torch
 from tensordict.nn import TensorDictModule
 
-from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
+from marl_ppo.models.modules import group_network
 from marl_ppo.models.options import ModelConfig
 
 __all__ = ["build_models"]
@@ -23,8 +24,14 @@ def build_models(
     value_norm: str = "none",
     popart_beta: float = 0.95,
     device: torch.device | str | None = None,
+    shared: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, TensorDictModule], dict[str, TensorDictModule]]:
-    """``(actors, critics)``, one of each per group; a ``global`` critic is one module in every entry."""
+    """``(actors, critics)``, one of each per group; a ``global`` critic is one module in every entry.
+
+    ``shared`` maps a group to another whose networks it plays with (``opponents: {g: self}``): its
+    actor runs the other's network on its own keys, and the same critic object serves both (the
+    router trains the shared parameters from both groups' losses).
+    """
     unknown = sorted(set(model.groups) - set(groups))
     if unknown:
         raise KeyError(f"model.groups names unknown group(s) {unknown}; the env's groups are {list(groups)}")
@@ -65,4 +72,21 @@ def build_models(
             popart_beta=popart_beta,
         )
         critics = {g: critic for g in groups}
+    for g, source in (shared or {}).items():
+        _check_shared(groups, model, value_norm, g, source)
+        actors[g] = build_actor(groups[g], net=group_network(actors[source]))
+        critics[g] = critics[source]
     return actors, critics
+
+
+def _check_shared(groups: Mapping[str, GroupSpec], model: ModelConfig, value_norm: str, g: str, source: str) -> None:
+    """Whether group ``g`` can play with ``source``'s networks; a ValueError saying why not."""
+    why = seat_difference(groups[g], groups[source]) if source in groups else f"no group {source!r}"
+    if why is None and model.recurrent:
+        why = "recurrent models (model.kind gru/lstm) are not shared between seats yet"
+    if why is None and model.critic != "group":
+        why = "model.critic=global already serves every group"
+    if why is None and value_norm != "none":
+        why = f"loss.value_norm={value_norm} keeps statistics per group, not per shared critic"
+    if why is not None:
+        raise ValueError(f"opponents.{g}: 'self' plays with the networks of group {source!r}, but {why}")

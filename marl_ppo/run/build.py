@@ -17,7 +17,7 @@ import functools
 import random
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,27 @@ from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.state import TrainState
-from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, make_env
+from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, load_factory, make_env
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
-from marl_ppo.groups.specs import GroupSpec, read_group_specs
+from marl_ppo.groups.specs import GroupSpec, read_group_specs, seat_difference
+from marl_ppo.models.actor import seat_actor
 from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
-from marl_ppo.options import device_option
-from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
+from marl_ppo.opponents import (
+    OpponentSource,
+    RandomPlayer,
+    RawObservation,
+    ScriptedPlayer,
+    opponent_policy,
+    parse_source,
+)
+from marl_ppo.options import ConfigError, device_option
+from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint, preserved_rng
 
 __all__ = [
     "Parts",
     "build",
+    "build_opponent",
     "train_state",
     "build_collector",
     "worker_env_fns",
@@ -55,13 +65,24 @@ WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (wor
 
 @dataclass
 class Parts:
-    """Everything a run needs, built and wired; nothing computed yet."""
+    """Everything a run needs, built and wired; nothing computed yet.
+
+    ``groups`` are every group of the env; the router trains those without an opponent source
+    (and the ``self`` ones); ``opponents`` act for the others; ``policy`` runs them all (collection
+    and evaluation).
+    """
 
     env: EnvBase
     groups: dict[str, GroupSpec]
     reward_table: BoundRewardTable
     router: GroupRouter
     step: AggregatedStep
+    opponents: dict[str, Any] = field(default_factory=dict)
+    policy: Any = None
+
+    def __post_init__(self) -> None:
+        if self.policy is None:
+            self.policy = opponent_policy(self.router.policy, self.opponents)
 
 
 def seed_everything(seed: int) -> None:
@@ -80,16 +101,20 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     seed_everything(cfg.train.seed)
     env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
     groups = read_group_specs(env)
+    sources = _opponent_sources(cfg.opponents, groups)
+    frozen = [g for g, source in sources.items() if not source.learns]
+    trained = {g: spec for g, spec in groups.items() if g not in frozen}
     table = (
         RewardTable.from_dict(cfg.reward_table)
         if cfg.reward_table is not None
-        else RewardTable.own_rewards(list(groups))
+        else RewardTable.own_rewards(list(trained))
     )
-    bound = table.bind(groups, env)  # validated before any training
-    if cfg.model.critic == "global" and any(s.keys.mask is not None for s in groups.values()):
-        check_every_group_acts(env.reset(), groups)
+    bound = table.bind(groups, env, untrained=frozen)  # validated before any training
+    if cfg.model.critic == "global" and any(s.keys.mask is not None for s in trained.values()):
+        check_every_group_acts(env.reset(), trained)
     router = GroupRouter.from_specs(
-        groups,
+        trained,
+        shared={g: _self_seat(g, s, trained, sources) for g, s in sources.items() if s.learns},
         algorithm=cfg.loss.algorithm,
         model=cfg.model,
         value_norm=cfg.loss.value_norm,
@@ -110,13 +135,107 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
         # collection is not compiled, only the update's loss computation
         router.compile(dynamic=False)
-    unknown = set(cfg.loss.group_weights) - set(groups)
+    unknown = set(cfg.loss.group_weights) - set(trained)
     if unknown:
-        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(groups)}")
+        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(trained)}")
     step = AggregatedStep(
         router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
     )
-    return Parts(env, groups, bound, router, step)
+    opponents = {g: build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn) for g in frozen}
+    return Parts(env, groups, bound, router, step, opponents)
+
+
+def _opponent_sources(given: dict[str, str], groups: dict[str, GroupSpec]) -> dict[str, OpponentSource]:
+    """``opponents`` parsed, each naming a group of the env, at least one group left to train."""
+    unknown = sorted(set(given) - set(groups))
+    if unknown:
+        raise ConfigError(
+            f"opponents names group(s) {unknown} that the env does not have; its groups are {list(groups)}"
+        )
+    sources = {g: parse_source(f"opponents.{g}", text) for g, text in given.items()}
+    if all(g in sources and not sources[g].learns for g in groups):
+        raise ConfigError(f"opponents gives every group {list(groups)} a source: no group is left to train")
+    return sources
+
+
+def _self_seat(group: str, source: OpponentSource, trained: dict[str, GroupSpec], sources) -> str:
+    """The training group whose networks ``group`` plays with (``self``: the first with identical specs)."""
+    own = [g for g in trained if g not in sources]  # groups that train their own networks
+    if source.group is not None:
+        if source.group not in own:
+            raise ConfigError(
+                f"opponents.{group}: self:{source.group} names no group that trains its own networks; those are {own}"
+            )
+        why = seat_difference(trained[group], trained[source.group])
+        if why is not None:
+            raise ConfigError(f"opponents.{group}: self:{source.group} cannot play this seat: {why}")
+        return source.group
+    for g in own:
+        if seat_difference(trained[group], trained[g]) is None:
+            return g
+    why = "; ".join(seat_difference(trained[group], trained[g]) for g in own)
+    raise ConfigError(
+        f"opponents.{group}: 'self' needs a training group with identical specs, and none has them ({why})"
+    )
+
+
+def build_opponent(cfg: Config, key: str, source: OpponentSource, spec: GroupSpec, *, env_fn: EnvFactory | None = None):
+    """The player of ``source`` for the group of ``spec`` (``key`` names it in errors), on ``train.device``."""
+    if source.kind == "random":
+        return RandomPlayer(spec)
+    if source.kind == "callable":
+        act = load_factory(source.target, what=key)
+        return ScriptedPlayer(spec, act, source.target, _raw_observation(cfg, spec, env_fn), cfg.env.scenario)
+    if source.kind == "checkpoint":
+        return _checkpoint_player(cfg, key, source, spec)
+    raise ConfigError(f"{key}: {source.kind!r} is a way to train, not an opponent to play")
+
+
+def _raw_observation(cfg: Config, spec: GroupSpec, env_fn: EnvFactory | None) -> RawObservation:
+    """How the env gives the group's observation, for a scripted player (PettingZoo: before flattening)."""
+    if cfg.env.kind != "pettingzoo" or env_fn is not None:
+        return RawObservation(tuple(spec.observation_shape[1:]))
+    from torchrl.data import Categorical, OneHot
+
+    from marl_ppo.envs.pettingzoo import raw_observation_specs
+
+    leaf = raw_observation_specs(cfg.env)[spec.name]
+    if isinstance(leaf, OneHot):
+        return RawObservation((), "int64", leaf.shape[-1])
+    if isinstance(leaf, Categorical) and leaf.ndim == 1:
+        return RawObservation((), "int64", int(leaf.space.n))
+    return RawObservation(tuple(leaf.shape[1:]), torch.empty(0, dtype=leaf.dtype).numpy().dtype.name)
+
+
+def _checkpoint_player(cfg: Config, key: str, source: OpponentSource, spec: GroupSpec):
+    """Another run's policy for ``source.group`` (default: this group's name), frozen, on this group's keys."""
+    run_dir = Path(source.target).expanduser()
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(
+            f"{key}: checkpoint:{source.target}: {run_dir.resolve()} is not a run directory (no config.yaml)"
+        )
+    threads = torch.get_num_threads()
+    try:
+        with preserved_rng():  # building the other run's parts must not move this run's random streams
+            _, other = load_policy(run_dir, device=cfg.train.device)
+    except (CheckpointError, ConfigError, FileNotFoundError) as err:
+        raise ConfigError(f"{key}: checkpoint:{source.target}: {err}") from None
+    finally:
+        torch.set_num_threads(threads)
+    other.env.close()
+    group = source.group or spec.name
+    if group not in other.router.groups:
+        raise ConfigError(
+            f"{key}: run {source.target} trained no group {group!r}; it trained {list(other.router.groups)}"
+        )
+    why = seat_difference(spec, other.router.groups[group])
+    if why is not None:
+        raise ConfigError(f"{key}: the policy of group {group!r} of run {source.target} cannot play this seat: {why}")
+    try:
+        actor = other.router.losses[group].actor_network
+        return seat_actor(spec, actor, frozen=True, what=f"{key}: run {source.target}'s {group!r}")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def train_state(cfg: Config, parts: Parts) -> TrainState:

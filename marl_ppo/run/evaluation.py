@@ -154,7 +154,8 @@ class Evaluator:
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
 
-    def __call__(self, callback: Callable | None = None) -> EvalResult:
+    def __call__(self, callback: Callable | None = None, policy=None) -> EvalResult:
+        """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same envs."""
         cfg = self.cfg
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if self.env is None:
@@ -163,8 +164,14 @@ class Evaluator:
                 # on the policy's device, as the collector puts the training env
                 self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
             self.env.set_seed(self.seed)
+            torch.manual_seed(self.seed)  # a random player's draws: the same at every evaluation
             return evaluate(
-                self.policy, self.env, self.max_steps, self.groups, episodes=self.episodes, callback=callback
+                self.policy if policy is None else policy,
+                self.env,
+                self.max_steps,
+                self.groups,
+                episodes=self.episodes,
+                callback=callback,
             )
 
     def close(self) -> None:

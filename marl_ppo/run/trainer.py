@@ -34,6 +34,7 @@ from marl_ppo.run.checkpoints import rng_state, write_checkpoint
 from marl_ppo.run.directory import finished_summary, note, record_collector, run_directory, write_summary
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
+from marl_ppo.run.matches import Matches
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.resume import restart_episodes, resume_point, write_resume_log
 from marl_ppo.run.signals import RunInterrupted, StopSignals
@@ -78,8 +79,9 @@ class Trainer:
         self.state = train_state(cfg, self.parts)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.evaluator = Evaluator(
-            cfg, self.parts.router.policy, list(self.parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn
+            cfg, self.parts.policy, list(self.parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn
         )
+        self.matches = Matches(cfg, self.parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
         self._last_eval_iteration: int | None = None
         self._last_eval: dict[str, float] = {}
         self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
@@ -130,7 +132,7 @@ class Trainer:
         if remaining <= 0 or self._stop_requested:  # finished, or stopped before fit with its record: kept
             self.close()
             return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
-        collector = build_collector(cfg, parts.env, parts.router.policy, total_frames=remaining)
+        collector = build_collector(cfg, parts.env, parts.policy, total_frames=remaining)
         self.collector_used = record_collector(self.run_dir, collector)
         if self._resume is not None and self._resume.rng is not None:
             self._restart_episodes(collector, self._resume.rng)  # as the uninterrupted run did after this checkpoint
@@ -236,6 +238,7 @@ class Trainer:
         self._last_eval_iteration = self.iteration
         self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
         self._last_eval["eval/episodes"] = result.episodes
+        self._last_eval.update(self.matches.metrics())
         self.callbacks("on_evaluation_end", self, result.returns)
         return self._last_eval
 
@@ -269,8 +272,6 @@ class Trainer:
         """Closes the loggers and the evaluation env (the collector closes the training env)."""
         self.logger.close()
         self.evaluator.close()
-
-    # -- records ------------------------------------------------------------------------
 
     # -- checkpoints --------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
     from marl_ppo.run.evaluation import Evaluator
 
     groups = list(trainer.parts.groups)
-    evaluator = Evaluator(trainer.cfg, trainer.parts.router.policy, groups, episodes=episodes, env_fn=trainer.env_fn)
+    evaluator = Evaluator(trainer.cfg, trainer.parts.policy, groups, episodes=episodes, env_fn=trainer.env_fn)
     try:
         result = evaluator()
     finally:

@@ -1,0 +1,85 @@
+"""Opponent sources as the config names them: ``opponents: {group: SOURCE}`` (no torch here).
+
+A group with a source acts but does not learn (``self`` excepted: it learns, with another seat's
+networks). The forms:
+
+* ``random``: uniform over the legal actions (the env's action mask where it gives one);
+* ``self`` or ``self:GROUP``: the group plays with the networks of a training group whose specs
+  are identical (by default the first such group), and its own steps train them too: symmetric
+  self-play, each seat on its own reward and done keys;
+* ``checkpoint:RUN_DIR`` or ``checkpoint:RUN_DIR:GROUP``: the policy of another run's group (by
+  default the group of the same name), frozen, from that run's ``last.pt``;
+* ``package.module:callable`` or ``path/to/file.py:callable``: a scripted player,
+  ``act(observation, action_mask) -> action`` for one agent of one env (see ``docs/opponents.md``).
+
+>>> parse_source("opponents.player_2", "checkpoint:runs/ttt:player_1")
+OpponentSource(kind='checkpoint', target='runs/ttt', group='player_1')
+>>> parse_source("opponents.player_2", "randm")
+Traceback (most recent call last):
+...
+marl_ppo.options.ConfigError: opponents.player_2: unknown opponent source 'randm' (did you mean 'random'?); ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from marl_ppo.options import ConfigError
+
+__all__ = ["OpponentSource", "parse_source", "FORMS", "source_label"]
+
+FORMS = "random, self, self:GROUP, checkpoint:RUN_DIR[:GROUP], package.module:callable or path/to/file.py:callable"
+_GROUP = re.compile(r"^[A-Za-z_][\w-]*$")
+
+
+@dataclass(frozen=True)
+class OpponentSource:
+    """One parsed source: ``kind`` and what it names (``target``: a run directory or a callable's path)."""
+
+    kind: Literal["random", "self", "checkpoint", "callable"]
+    target: str | None = None
+    group: str | None = None
+
+    @property
+    def learns(self) -> bool:
+        """Whether the group's steps train a network (``self`` only)."""
+        return self.kind == "self"
+
+
+def parse_source(key: str, text: str) -> OpponentSource:
+    """Parses one source; a :class:`ConfigError` naming ``key``, the text and the forms otherwise."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{key} must be an opponent source ({FORMS}), got {text!r}")
+    text = text.strip()
+    if text == "random":
+        return OpponentSource("random")
+    if text == "self" or text.startswith("self:"):
+        group = text.partition(":")[2] or None
+        if group is not None and not _GROUP.match(group):
+            raise ConfigError(f"{key}: 'self:GROUP' names a training group, got {text!r}")
+        return OpponentSource("self", group=group)
+    if text.startswith("checkpoint:"):
+        rest = text.partition(":")[2]
+        run_dir, sep, group = rest.rpartition(":")
+        if not sep or not _GROUP.match(group) or "/" in group:
+            run_dir, group = rest, None
+        if not run_dir:
+            raise ConfigError(f"{key}: 'checkpoint:RUN_DIR[:GROUP]' needs a run directory, got {text!r}")
+        return OpponentSource("checkpoint", target=run_dir, group=group)
+    if text == "pool" or text.startswith("pool:"):
+        raise ConfigError(f"{key}: snapshot pools are not available yet; the sources are {FORMS}")
+    target, sep, name = text.rpartition(":")
+    if sep and target and name:
+        return OpponentSource("callable", target=text)
+    close = difflib.get_close_matches(text, ["random", "self", "checkpoint:"], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{key}: unknown opponent source {text!r}{hint}; the sources are {FORMS}")
+
+
+def source_label(text: str) -> str:
+    """A metric-name-safe label of a source: ``random``, ``checkpoint_runs_ttt``, ``my_bots_greedy``."""
+    label = re.sub(r"[^\w]+", "_", text.strip()).strip("_")
+    return label or "opponent"
