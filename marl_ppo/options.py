@@ -20,6 +20,8 @@ PACKAGES = {
     "log.loggers: wandb": ("wandb", "loggers"),
     "log.loggers: mlflow": ("mlflow", "loggers"),
     "train.collector.backend: ray": ("ray", "cluster"),
+    "--launcher ray": ("ray", "cluster"),
+    "--launcher slurm": ("submitit", "cluster"),
 }
 
 

@@ -50,10 +50,13 @@ CHANGEABLE = (
 
 @dataclass
 class ResumePoint:
-    """What a resume found: the checkpoint's RNG states (``None``: no checkpoint, a fresh start) and notes."""
+    """What a resume found: the checkpoint's RNG states (``None``: no checkpoint, a fresh start) and notes.
+    ``finished``: the run has done its ``train.total_frames`` and has its ``summary.json``, so nothing will
+    run (no notes: nothing changed, its record stays as it is)."""
 
     rng: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    finished: bool = False
 
 
 def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
@@ -129,8 +132,9 @@ def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any]) 
 
 def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
     """Loads the newest usable checkpoint of ``run_dir`` into ``state`` with ``cfg``'s changeable settings
-    in force; what was found and changed, and why. Refuses (:class:`ConfigError`, nothing written) a
-    change that may not be made on resume, and fewer ``train.total_frames`` than the run has done."""
+    in force; what was found and changed, and why (nothing for a finished run: see :class:`ResumePoint`).
+    Refuses (:class:`ConfigError`, nothing written) a change that may not be made on resume, and fewer
+    ``train.total_frames`` than the run has done."""
     ckpt_dir = run_dir / "checkpoints"
     if not (run_dir / "config.yaml").exists() and not ckpt_dir.exists():
         raise FileNotFoundError(f"cannot resume: {run_dir} holds no run (no config.yaml, no checkpoint)")
@@ -150,6 +154,8 @@ def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
             f"give train.total_frames >= {state.frames}"
         )
     _put_config_in_force(state, cfg, fresh)
+    if state.frames >= cfg.train.total_frames and (run_dir / "summary.json").exists():
+        return ResumePoint(ckpt["rng"], [], finished=True)  # nothing will run: no change took effect
     notes.append(f"resumed from {choice.path.name} (iteration {state.iteration}, {state.frames} frames)")
     for key, old, new in changes:
         notes.append(
@@ -192,6 +198,8 @@ def write_resume_log(run_dir: Path, notes: list[str], iteration: int) -> list[st
     for video in (run_dir / "videos").glob("eval_iter*.gif"):  # evaluations that will run again
         if int(video.stem.removeprefix("eval_iter")) > iteration:
             video.unlink()
+    if not notes:  # a finished run resumed: nothing ran, nothing to record
+        return notes
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(run_dir / "resume.log", "a") as f:
         for note in notes:

@@ -26,10 +26,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from marl_ppo.options import ConfigError, check_installed
 from marl_ppo.suite.jobs import RunResult, execute, record_failure
 from marl_ppo.suite.spec import Job, SuiteError
 
-__all__ = ["run_on_ray", "TOKEN_FILE"]
+__all__ = ["run_on_ray", "check_ray", "TOKEN_FILE"]
 
 TOKEN_FILE = ".ray_shared_storage_token"
 
@@ -90,12 +91,20 @@ def _task(job_record: dict[str, Any], token_path: str, token: str, shared: Optio
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_ray() -> None:
+    """Refuses, before any run directory is written, the launcher where Ray cannot be imported (naming the
+    extra that installs it)."""
+    try:
+        check_installed(["--launcher ray"])
+    except ConfigError as err:
+        raise SuiteError(str(err)) from None
+
+
 def connect(address: Optional[str]) -> bool:
     """Connects to (or starts) a cluster unless already connected; True when we connected here."""
-    try:
-        import ray
-    except ImportError as err:
-        raise SuiteError("the ray launcher needs ray: pip install 'marl-ppo[cluster]'") from err
+    check_ray()
+    import ray
+
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -112,6 +121,7 @@ def run_on_ray(
     shared: Optional[bool] = None,
 ) -> list[RunResult]:
     """Runs ``jobs`` (already prepared in ``out_dir``) as Ray tasks; their results in job order."""
+    check_ray()
     import ray
     from ray.exceptions import RayError
 

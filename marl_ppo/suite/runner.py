@@ -19,7 +19,7 @@ from marl_ppo.suite.jobs import RunResult, execute, prepare
 from marl_ppo.suite.local_launcher import run_in_processes
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
-from marl_ppo.suite.ray_launcher import run_on_ray
+from marl_ppo.suite.ray_launcher import check_ray, run_on_ray
 from marl_ppo.suite.slurm_launcher import check_slurm, run_on_slurm
 from marl_ppo.suite.spec import Job, Suite, SuiteError, plan
 
@@ -140,6 +140,8 @@ def run_suite(
         suite = suite.replace(workers=workers)
     if launcher == "slurm":
         check_slurm(suite.slurm)
+    elif launcher == "ray":
+        check_ray()
     jobs = plan(suite, out=out, overrides=overrides, remote=launcher != "local")
     out_dir = writable_folder(Path(out if out is not None else suite.out).resolve())
     results: list[Optional[RunResult]] = [None] * len(jobs)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from marl_ppo.options import ConfigError, check_installed
 from marl_ppo.suite.jobs import RunResult, execute, record_failure
 from marl_ppo.suite.spec import Job, SlurmSpec, SuiteError
 
@@ -51,9 +52,11 @@ def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
 def check_slurm(spec: SlurmSpec) -> None:
     """Refuses, before any run directory is written, a launcher that cannot submit here."""
     try:
-        import submitit
-    except ImportError as err:
-        raise SuiteError("the slurm launcher needs submitit: pip install 'marl-ppo[cluster]'") from err
+        check_installed(["--launcher slurm"])
+    except ConfigError as err:
+        raise SuiteError(str(err)) from None
+    import submitit
+
     if spec.cluster == "slurm" and submitit.SlurmExecutor.affinity() <= 0:  # submitit's own test: srun on PATH
         raise SuiteError(
             "the slurm launcher found no SLURM here (no 'srun' on PATH): run the suite on a SLURM login "

@@ -9,7 +9,7 @@ Tiny real VMAS runs through the command line (``marl_ppo.cli.main``, what ``marl
 * a key that would change the networks, the env, its seeds or the reward table is refused before
   anything is written, naming the key, the run's value and the new one;
 * fewer ``train.total_frames`` than done is refused; resuming a finished run says so and keeps its
-  ``summary.json`` as it was.
+  ``summary.json`` as it was, and with a changed key records no change (nothing ran).
 """
 
 from __future__ import annotations
@@ -112,6 +112,48 @@ def test_resuming_a_finished_run_says_so_and_keeps_its_summary(run):
     assert proc.returncode == 0, proc.stderr
     assert f"has finished ({2 * FPB} frames, train.total_frames={2 * FPB}): nothing to train" in proc.stderr
     assert (run / "summary.json").read_bytes() == summary
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def _resume_finished_with_changes(run: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Every file of the finished ``run`` before and after ``--resume RUN train.lr=1e-2 loss.clip_epsilon=0.1``,
+    which says in one line (and only that) that the run has finished."""
+    before = _files(run)
+    assert "config.yaml" in before and "run.log" in before and "resume.log" not in before
+    proc = subprocess.run(
+        [sys.executable, "-m", "marl_ppo.cli", "train", "--resume", str(run), "train.lr=1e-2", "loss.clip_epsilon=0.1"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("marl-ppo")]
+    assert lines == [
+        f"marl-ppo: {run} has finished ({2 * FPB} frames, train.total_frames={2 * FPB}): nothing to train; "
+        "its summary.json is kept"
+    ], proc.stderr
+    assert "changed" not in proc.stderr
+    return before, _files(run)
+
+
+def test_resuming_a_finished_run_with_a_changed_key_records_no_change(run):
+    """Nothing runs, so nothing is recorded: no ``resume.log``, and ``run.log``, ``summary.json``, the logs
+    and checkpoints stay byte for byte (no "changed train.lr" note for a change that never took effect)."""
+    before, after = _resume_finished_with_changes(run)
+    assert sorted(after) == sorted(before)
+    assert [name for name in before if name != "config.yaml" and after[name] != before[name]] == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Trainer.__init__ writes config.yaml before fit() finds the run finished; it must skip that write "
+    "when its ResumePoint is finished (marl_ppo/run/trainer.py)",
+)
+def test_resuming_a_finished_run_with_a_changed_key_keeps_its_config_yaml(run):
+    before, after = _resume_finished_with_changes(run)
+    assert after["config.yaml"] == before["config.yaml"]
 
 
 def test_a_run_stopped_before_fit_with_its_record_complete_trains_nothing(run, capsys):

@@ -80,6 +80,15 @@ BAD = [
     (["env.time_limit=truncated"], ["env.time_limit", "'truncate', 'terminate'", "'truncated'"]),
     (["loss.clip_epsilon=5"], ["loss.clip_epsilon", "< 1", "5.0"]),
     (["loss.clip_epsilon=1"], ["loss.clip_epsilon", "< 1", "1.0"]),
+    (["loss.entropy_coeff=-1"], ["loss.entropy_coeff", ">= 0", "-1.0"]),
+    (["loss.critic_coeff=-1"], ["loss.critic_coeff", ">= 0", "-1.0"]),
+    (["loss.entropy_final_scale=2"], ["loss.entropy_final_scale", "[0, 1]", "2.0"]),
+    (["loss.entropy_final_scale=-0.5"], ["loss.entropy_final_scale", "[0, 1]", "-0.5"]),
+    (["loss.head_entropy_coeff.move=-1"], ["loss.head_entropy_coeff.move", ">= 0", "-1.0"]),
+    (["loss.head_entropy_coeff={agents:move: -1}"], ["loss.head_entropy_coeff.agents:move", ">= 0", "-1.0"]),
+    (["loss.group_weights={agents: -1}"], ["loss.group_weights.agents", ">= 0", "-1.0"]),
+    (["train.max_grad_norm=0"], ["train.max_grad_norm", "> 0", "0.0"]),
+    (["train.max_grad_norm=-1"], ["train.max_grad_norm", "> 0", "-1.0"]),
     (["balanse"], ["config 'balanse' does not exist", "shipped config", "did you mean 'balance'"]),
     (["train.seed=-1"], ["train.seed", "[0, 2**31 - 1]", "-1"]),
     (["train.seed=2147483648"], ["train.seed", "0 to 2147483647", "2147483648"]),
@@ -271,3 +280,27 @@ def test_a_missing_optional_package_names_the_extra_that_installs_it(tmp_path, o
     for word in (override.partition("=")[0], repr(package), f"pip install 'marl-ppo[{extra}]'"):
         assert word in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "command, launcher, package",
+    [("suite", "ray", "ray"), ("train -m", "ray", "ray"), ("suite", "slurm", "submitit")],
+)
+def test_a_launcher_whose_package_is_missing_names_the_extra_before_a_run_directory_exists(
+    tmp_path, command, launcher, package
+):
+    """``--launcher ray|slurm`` in a process where its package cannot be imported: one line naming the
+    launcher, the package and ``pip install 'marl-ppo[cluster]'``; nothing is planned into ``--out``."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    first = ["suite", str(SUITE)] if command == "suite" else ["train", "-m", "train.seed=0,1"]
+    args = [*first, "--out", str(out), "--launcher", launcher]
+    code = f"import sys; sys.modules[{package!r}] = None; from marl_ppo.cli import main; sys.exit(main({args!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in (f"--launcher {launcher}", repr(package), "pip install 'marl-ppo[cluster]'"):
+        assert word in proc.stderr, proc.stderr
+    assert not out.exists(), f"{sorted(out.rglob('*'))} left behind"
