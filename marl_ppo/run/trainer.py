@@ -94,7 +94,8 @@ class Trainer:
             self._saved_iteration = self.state.iteration
             self._schedule_entropy()  # the coefficients of this iteration, from the config in force
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(self._config_yaml)
+        if self._resume is None or not self._resume.finished:  # a finished run resumed keeps its record
+            (self.run_dir / "config.yaml").write_text(self._config_yaml)
         (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
         self.resume_notes = (
             [] if not resume else write_resume_log(self.run_dir, self._resume.notes, self.state.iteration)

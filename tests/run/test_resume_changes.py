@@ -146,11 +146,6 @@ def test_resuming_a_finished_run_with_a_changed_key_records_no_change(run):
     assert [name for name in before if name != "config.yaml" and after[name] != before[name]] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Trainer.__init__ writes config.yaml before fit() finds the run finished; it must skip that write "
-    "when its ResumePoint is finished (marl_ppo/run/trainer.py)",
-)
 def test_resuming_a_finished_run_with_a_changed_key_keeps_its_config_yaml(run):
     before, after = _resume_finished_with_changes(run)
     assert after["config.yaml"] == before["config.yaml"]
