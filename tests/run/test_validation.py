@@ -122,6 +122,20 @@ BAD = [
         ["pettingzoo.sisl.pursuit_v5.parallel_env", "env.kwargs={'n_pursuers': -1}", "failed: IndexError"],
     ),
 ]
+TTT = ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.continuous_actions=false", "env.num_envs=2"]
+BAD += [  # opponents: a group that does not exist, a source that cannot be built or cannot play the seat
+    ([*TTT, "opponents.nope=random"], ["opponents names group(s) ['nope']", "['player_1', 'player_2']"]),
+    ([*TTT, "opponents.player_2=randm"], ["opponents.player_2", "'randm'", "did you mean 'random'"]),
+    ([*TTT, "opponents.player_2=no_such_module_xyz:act"], ["opponents.player_2", "cannot import module"]),
+    ([*TTT, "opponents.player_2=checkpoint:/no/such/run"], ["opponents.player_2", "not a run directory"]),
+    ([*TTT, "opponents.player_2=self:player_3"], ["opponents.player_2", "self:player_3", "['player_1']"]),
+    ([*TTT, "opponents.player_1=random", "opponents.player_2=random"], ["no group is left to train"]),
+    (["log.eval_opponents=[self]"], ["log.eval_opponents[0]", "'self' is how a group trains"]),
+    (
+        ["env.scenario=simple_tag", "opponents.agent=self"],
+        ["opponents.agent", "'self' needs a training group with identical specs", "agents 1 (group 'agent')"],
+    ),
+]
 if not torch.cuda.is_available():
     BAD += [
         (["train.device=cuda"], ["train.device='cuda'", "no CUDA device", "train.device=cpu"]),
