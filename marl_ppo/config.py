@@ -27,7 +27,7 @@ from marl_ppo.config_files import config_path, read_config_file
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.log_options import LogConfig, MlflowConfig, WandbConfig
 from marl_ppo.models.options import ModelConfig
-from marl_ppo.opponents.options import parse_source
+from marl_ppo.opponents.options import PoolConfig, parse_source
 from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "WandbConfig",
     "MlflowConfig",
     "LogConfig",
+    "PoolConfig",
     "Config",
     "load_config",
 ]
@@ -182,7 +183,9 @@ class Config:
         reward_table: the YAML/dict form of :class:`~marl_ppo.groups.reward_table.RewardTable`
             (see ``docs/reward_table.md``); empty means each group trains on its own reward.
         opponents: groups that play from a source instead of learning, ``{group: source}``
-            (``random``, ``self``, ``checkpoint:RUN_DIR[:GROUP]``, ``module:callable``; ``docs/opponents.md``).
+            (``random``, ``self``, ``pool``, ``checkpoint:RUN_DIR[:GROUP]``, ``module:callable``;
+            ``docs/opponents.md``).
+        pool: snapshot pools of the groups whose source is ``pool`` (:class:`PoolConfig`).
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -192,6 +195,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     reward_table: Optional[dict[str, Any]] = None
     opponents: dict[str, str] = field(default_factory=dict)
+    pool: PoolConfig = field(default_factory=PoolConfig)
 
     def __post_init__(self) -> None:
         for group, source in self.opponents.items():

@@ -10,7 +10,8 @@
   learning-rate schedule's;
 * ``generator``: the ``torch.Generator`` the update draws its minibatch order from (``None``: the
   global torch RNG);
-* the counters (iteration, frames) and the last collected returns per group.
+* the counters (iteration, frames) and the last collected returns per group;
+* ``pools``: the snapshot pools of ``pool`` seats (:mod:`marl_ppo.opponents.pool`), their stacked snapshots.
 
 Nothing in the core keeps state anywhere else: the losses' per-call records
 (:class:`~marl_ppo.core.losses.LossRecord`) live for one call, and no attribute is set on a
@@ -52,6 +53,7 @@ class TrainState:
     iteration: int = 0
     frames: int = 0
     last_returns: dict[str, float] = field(default_factory=dict)
+    pools: dict[str, Any] = field(default_factory=dict)  # snapshot pools by seat (opponents: pool)
 
     def params(self) -> TensorDict:
         """The router's parameters and buffers as one (locked) TensorDict, sharing their storage."""
@@ -69,6 +71,8 @@ class TrainState:
         }
         if self.generator is not None:
             out["generator"] = self.generator.get_state()
+        if self.pools:
+            out["pools"] = {g: pool.snapshots.state() for g, pool in self.pools.items()}
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -80,3 +84,5 @@ class TrainState:
         self.last_returns = dict(state.get("last_returns", {}))
         if self.generator is not None and "generator" in state:
             self.generator.set_state(state["generator"])
+        for g, pool in self.pools.items():
+            pool.snapshots.load(state["pools"][g])

@@ -89,4 +89,4 @@ def _check_shared(groups: Mapping[str, GroupSpec], model: ModelConfig, value_nor
     if why is None and value_norm != "none":
         why = f"loss.value_norm={value_norm} keeps statistics per group, not per shared critic"
     if why is not None:
-        raise ValueError(f"opponents.{g}: 'self' plays with the networks of group {source!r}, but {why}")
+        raise ValueError(f"opponents.{g}: plays with the networks of group {source!r} (self or pool), but {why}")

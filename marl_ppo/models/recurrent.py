@@ -186,10 +186,12 @@ def state_keys(module: nn.Module) -> list:
 
 
 def state_spec(module: nn.Module) -> Composite | None:
-    """The per-step specs of the recurrent state entries in ``module`` (``None`` without any)."""
+    """The per-step specs of the recurrent state entries in ``module`` (``None`` without any; an empty
+    spec for a module that only reads ``is_init``)."""
     rnns = recurrent_modules(module)
-    if not rnns:
-        return None
+    if not rnns:  # a module that reads is_init (a pool's episode draws) needs it primed, with no state
+        reads = any("is_init" in getattr(m, "in_keys", ()) for m in module.modules())
+        return Composite() if reads else None
     spec = Composite()
     for rnn in rnns:
         for key in rnn.state_keys:
@@ -205,6 +207,8 @@ def prime_env(env: EnvBase, spec: Composite | None) -> EnvBase:
     if spec is None:
         return env
     env.append_transform(InitTracker())
+    if spec.is_empty():
+        return env
     # a PettingZoo env also has one reset key per group: the states restart with the whole env
     reset_key = "_reset" if len(env.reset_keys) > 1 and "_reset" in env.reset_keys else None
     env.append_transform(TensorDictPrimer(spec.clone(), default_value=0.0, expand_specs=True, reset_key=reset_key))

@@ -7,6 +7,8 @@ networks). The forms:
 * ``self`` or ``self:GROUP``: the group plays with the networks of a training group whose specs
   are identical (by default the first such group), and its own steps train them too: symmetric
   self-play, each seat on its own reward and done keys;
+* ``pool`` or ``pool:GROUP``: as ``self``, but each env copy draws per episode whether it plays the
+  latest policy (those steps train) or a frozen snapshot of ``GROUP``'s policy (:class:`PoolConfig`);
 * ``checkpoint:RUN_DIR`` or ``checkpoint:RUN_DIR:GROUP``: the policy of another run's group (by
   default the group of the same name), frozen, from that run's ``last.pt``;
 * ``package.module:callable`` or ``path/to/file.py:callable``: a scripted player,
@@ -27,11 +29,14 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from marl_ppo.options import ConfigError
+from marl_ppo.options import ConfigError, at_least
 
-__all__ = ["OpponentSource", "parse_source", "FORMS", "source_label"]
+__all__ = ["OpponentSource", "PoolConfig", "parse_source", "FORMS", "source_label"]
 
-FORMS = "random, self, self:GROUP, checkpoint:RUN_DIR[:GROUP], package.module:callable or path/to/file.py:callable"
+FORMS = (
+    "random, self, self:GROUP, pool, pool:GROUP, checkpoint:RUN_DIR[:GROUP], package.module:callable or "
+    "path/to/file.py:callable"
+)
 _GROUP = re.compile(r"^[A-Za-z_][\w-]*$")
 
 
@@ -39,14 +44,14 @@ _GROUP = re.compile(r"^[A-Za-z_][\w-]*$")
 class OpponentSource:
     """One parsed source: ``kind`` and what it names (``target``: a run directory or a callable's path)."""
 
-    kind: Literal["random", "self", "checkpoint", "callable"]
+    kind: Literal["random", "self", "pool", "checkpoint", "callable"]
     target: str | None = None
     group: str | None = None
 
     @property
     def learns(self) -> bool:
-        """Whether the group's steps train a network (``self`` only)."""
-        return self.kind == "self"
+        """Whether the group's steps train a network (``self``; ``pool`` in its episodes against the latest)."""
+        return self.kind in ("self", "pool")
 
 
 def parse_source(key: str, text: str) -> OpponentSource:
@@ -56,11 +61,11 @@ def parse_source(key: str, text: str) -> OpponentSource:
     text = text.strip()
     if text == "random":
         return OpponentSource("random")
-    if text == "self" or text.startswith("self:"):
-        group = text.partition(":")[2] or None
-        if group is not None and not _GROUP.match(group):
-            raise ConfigError(f"{key}: 'self:GROUP' names a training group, got {text!r}")
-        return OpponentSource("self", group=group)
+    kind, _, group = text.partition(":")
+    if kind in ("self", "pool") and (text == kind or group):
+        if group and not _GROUP.match(group):
+            raise ConfigError(f"{key}: '{kind}:GROUP' names a training group, got {text!r}")
+        return OpponentSource(kind, group=group or None)
     if text.startswith("checkpoint:"):
         rest = text.partition(":")[2]
         run_dir, sep, group = rest.rpartition(":")
@@ -69,14 +74,34 @@ def parse_source(key: str, text: str) -> OpponentSource:
         if not run_dir:
             raise ConfigError(f"{key}: 'checkpoint:RUN_DIR[:GROUP]' needs a run directory, got {text!r}")
         return OpponentSource("checkpoint", target=run_dir, group=group)
-    if text == "pool" or text.startswith("pool:"):
-        raise ConfigError(f"{key}: snapshot pools are not available yet; the sources are {FORMS}")
     target, sep, name = text.rpartition(":")
     if sep and target and name:
         return OpponentSource("callable", target=text)
-    close = difflib.get_close_matches(text, ["random", "self", "checkpoint:"], n=1)
+    close = difflib.get_close_matches(text, ["random", "self", "pool", "checkpoint:"], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ConfigError(f"{key}: unknown opponent source {text!r}{hint}; the sources are {FORMS}")
+
+
+@dataclass
+class PoolConfig:
+    """Snapshot pools, for the groups whose source is ``pool`` (``docs/opponents.md``).
+
+    Attributes:
+        every: a snapshot of the source group's policy every K iterations (and one at the start).
+        size: at most this many snapshots; past it the oldest is dropped.
+        latest_share: the share of episodes (drawn per env copy) against the latest policy, which
+            train the seat as ``self`` does; the others are against a snapshot drawn uniformly.
+    """
+
+    every: int = 5
+    size: int = 10
+    latest_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        at_least("pool.every", self.every, 1)
+        at_least("pool.size", self.size, 1)
+        if not 0.0 <= self.latest_share <= 1.0:
+            raise ConfigError(f"pool.latest_share must be in [0, 1], got {self.latest_share!r}")
 
 
 def source_label(text: str) -> str:

@@ -13,6 +13,7 @@ under it take the plain arguments :func:`build` reads out of it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import warnings
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict.nn import TensorDictSequential
 from torchrl.envs import EnvBase
 
 from marl_ppo.collect.collectors import BatchCollector, make_collector
@@ -33,8 +35,9 @@ from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, load_factory, make_env
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs, seat_difference
-from marl_ppo.models.actor import seat_actor
+from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.models.critic import check_every_group_acts
+from marl_ppo.models.modules import group_network
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.opponents import (
     OpponentSource,
@@ -44,6 +47,7 @@ from marl_ppo.opponents import (
     opponent_policy,
     parse_source,
 )
+from marl_ppo.opponents.pool import TRAIN_MASK, PoolPlayer, SnapshotNet
 from marl_ppo.options import ConfigError, device_option
 from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint, preserved_rng
 
@@ -78,11 +82,19 @@ class Parts:
     router: GroupRouter
     step: AggregatedStep
     opponents: dict[str, Any] = field(default_factory=dict)
+    pools: dict[str, PoolPlayer] = field(default_factory=dict)
     policy: Any = None
 
     def __post_init__(self) -> None:
         if self.policy is None:
-            self.policy = opponent_policy(self.router.policy, self.opponents)
+            actors = [self.pools.get(g) or self.router.losses[g].actor_network for g in self.router.groups]
+            collect = TensorDictSequential(*actors) if self.pools else self.router.policy
+            self.policy = opponent_policy(collect, self.opponents)
+
+    def after_update(self, iteration: int) -> None:
+        """What follows an update: the pools' snapshots every ``pool.every`` iterations."""
+        for pool in self.pools.values():
+            pool.after_update(iteration)
 
 
 def seed_everything(seed: int) -> None:
@@ -103,7 +115,9 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     groups = read_group_specs(env)
     sources = _opponent_sources(cfg.opponents, groups)
     frozen = [g for g, source in sources.items() if not source.learns]
-    trained = {g: spec for g, spec in groups.items() if g not in frozen}
+    pooled = [g for g, source in sources.items() if source.kind == "pool"]
+    # a pool seat's loss counts its steps against the latest policy only: its own training mask
+    trained = {g: _pool_seat(spec) if g in pooled else spec for g, spec in groups.items() if g not in frozen}
     table = (
         RewardTable.from_dict(cfg.reward_table)
         if cfg.reward_table is not None
@@ -130,7 +144,6 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         lmbda=cfg.loss.lmbda,
         bundle_groups=cfg.loss.bundle_groups,
     )
-    prime_env(env, state_spec(router.policy))  # recurrent models: is_init and their stored states
     if cfg.train.compile:
         # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
         # collection is not compiled, only the update's loss computation
@@ -142,7 +155,39 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
     )
     opponents = {g: build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn) for g in frozen}
-    return Parts(env, groups, bound, router, step, opponents)
+    pools = {g: _pool_player(cfg, trained[g], router, env_mask=groups[g].keys.mask) for g in pooled}
+    parts = Parts(env, groups, bound, router, step, opponents, pools)
+    # recurrent models: is_init and their stored states; a pool's draws: is_init
+    prime_env(env, state_spec(parts.policy))
+    return parts
+
+
+def _pool_seat(spec: GroupSpec) -> GroupSpec:
+    """A pool seat's spec for the router: its loss mask is its ``train_mask`` (:mod:`marl_ppo.opponents.pool`)."""
+    if spec.is_composite_action:
+        raise ConfigError(f"opponents.{spec.name}: a pool seat with a composite action is not supported yet")
+    return dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=(spec.name, TRAIN_MASK)))
+
+
+def _pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask) -> PoolPlayer:
+    """The pool seat's player: its live actor (the shared networks) or a snapshot, with the first snapshot taken."""
+    live = router.losses[spec.name].actor_network
+    snapshots = SnapshotNet(group_network(live))
+    frozen = build_actor(spec, net=snapshots)
+    pool = cfg.pool
+    player = PoolPlayer(
+        spec,
+        live,
+        frozen,
+        snapshots,
+        source=cfg.opponents[spec.name],
+        latest_share=pool.latest_share,
+        size=pool.size,
+        every=pool.every,
+        env_mask=env_mask,
+    )
+    player.snapshot(0)
+    return player
 
 
 def _opponent_sources(given: dict[str, str], groups: dict[str, GroupSpec]) -> dict[str, OpponentSource]:
@@ -164,18 +209,19 @@ def _self_seat(group: str, source: OpponentSource, trained: dict[str, GroupSpec]
     if source.group is not None:
         if source.group not in own:
             raise ConfigError(
-                f"opponents.{group}: self:{source.group} names no group that trains its own networks; those are {own}"
+                f"opponents.{group}: {source.kind}:{source.group} names no group that trains its own networks; "
+                f"those are {own}"
             )
         why = seat_difference(trained[group], trained[source.group])
         if why is not None:
-            raise ConfigError(f"opponents.{group}: self:{source.group} cannot play this seat: {why}")
+            raise ConfigError(f"opponents.{group}: {source.kind}:{source.group} cannot play this seat: {why}")
         return source.group
     for g in own:
         if seat_difference(trained[group], trained[g]) is None:
             return g
     why = "; ".join(seat_difference(trained[group], trained[g]) for g in own)
     raise ConfigError(
-        f"opponents.{group}: 'self' needs a training group with identical specs, and none has them ({why})"
+        f"opponents.{group}: '{source.kind}' needs a training group with identical specs, and none has them ({why})"
     )
 
 
@@ -250,7 +296,7 @@ def train_state(cfg: Config, parts: Parts) -> TrainState:
     # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
     # nothing from the global RNG, and a checkpoint carries this stream's state
     generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
-    return TrainState(parts.router, parts.step, scheduler, generator=generator)
+    return TrainState(parts.router, parts.step, scheduler, generator=generator, pools=parts.pools)
 
 
 def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:

@@ -201,6 +201,7 @@ class Trainer:
         t_update = time.perf_counter() - t1
         state.iteration += 1
         state.frames += batch.numel()
+        parts.after_update(state.iteration)  # a pool's snapshot of this iteration
         state.last_returns = episode_returns(batch, list(parts.groups)) or state.last_returns
         metrics = iteration_metrics(
             batch,

@@ -1,0 +1,163 @@
+"""Snapshot pools: a seat that plays frozen past versions of a training group, or its latest policy.
+
+``opponents: {player_2: pool}`` (or ``pool:GROUP``) makes ``player_2`` a self-play seat of
+``GROUP``'s networks (as ``self`` does) whose opponent is drawn **per env copy and per episode**:
+with probability ``pool.latest_share`` the latest policy (those steps train the shared networks,
+as in ``self``), otherwise one of the pool's frozen snapshots (those steps train nothing). A
+snapshot of ``GROUP``'s policy network is taken every ``pool.every`` iterations (and one at the
+start); past ``pool.size`` snapshots the oldest is dropped.
+
+The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
+vmapped call of the network (:class:`SnapshotNet`), not one module call per env. Which opponent an
+env drew is recorded in the batch (``(group, "opponent")``: -1 the latest policy, ``k`` snapshot
+slot ``k``), and the seat's loss mask ``(group, "train_mask")`` is its env mask restricted to the
+episodes against the latest policy. In a deterministic evaluation a pool seat plays the latest policy.
+
+Written by hand: torchrl has no opponent pool, and its collectors take one policy.
+
+>>> import torch
+>>> net = torch.nn.Linear(3, 2)
+>>> snapshots = SnapshotNet(net)
+>>> snapshots.add(dict(net.named_parameters()), size=4); len(snapshots)
+1
+>>> snapshots.choice = torch.zeros(5, dtype=torch.long)
+>>> torch.equal(snapshots(torch.ones(5, 1, 3)), net(torch.ones(5, 1, 3)))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+from torchrl.envs.utils import ExplorationType, exploration_type
+
+from marl_ppo.groups.specs import GroupSpec
+
+__all__ = ["SnapshotNet", "PoolPlayer", "TRAIN_MASK", "OPPONENT"]
+
+TRAIN_MASK = "train_mask"  # (group, TRAIN_MASK): the pool seat's loss mask
+OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k
+
+
+class SnapshotNet(nn.Module):
+    """Frozen snapshots of one network, stacked ``[K, ...]``; runs snapshot ``choice[e]`` for env copy ``e``.
+
+    ``choice`` (one index per env copy) is set by :class:`PoolPlayer` right before each call. The
+    network itself (``template``) is not registered here: its live parameters belong to the router.
+    """
+
+    def __init__(self, template: nn.Module) -> None:
+        super().__init__()
+        self._template = (template,)
+        self.params: dict[str, torch.Tensor] = {}
+        self.taken_at: list[int] = []
+        self.choice = torch.zeros(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.taken_at)
+
+    @property
+    def template(self) -> nn.Module:
+        """The network whose snapshots these are (its live parameters are the router's)."""
+        return self._template[0]
+
+    def add(self, params: Mapping[str, torch.Tensor], *, size: int, iteration: int = 0) -> None:
+        """Appends a detached copy of ``params``; drops the oldest snapshot past ``size``."""
+        new = {k: v.detach().clone().unsqueeze(0) for k, v in params.items()}
+        self.params = {k: torch.cat([self.params[k], v]) if self.params else v for k, v in new.items()}
+        self.taken_at.append(int(iteration))
+        if len(self.taken_at) > size:
+            self.params = {k: v[1:].clone() for k, v in self.params.items()}
+            self.taken_at.pop(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        template = self.template
+
+        def run(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            return torch.func.functional_call(template, params, (x,))
+
+        out = torch.vmap(run)(self.params)  # [K, *B, n_agents, out]: every snapshot on every env, one call
+        copies = self.choice.numel()
+        flat = out.reshape(len(self), copies, *out.shape[-2:])
+        return flat[self.choice, torch.arange(copies, device=x.device)].reshape(*x.shape[:-1], out.shape[-1])
+
+    def state(self) -> dict:
+        return {"params": {k: v.clone() for k, v in self.params.items()}, "taken_at": list(self.taken_at)}
+
+    def load(self, state: Mapping) -> None:
+        self.params = {k: v.clone() for k, v in state["params"].items()}
+        self.taken_at = [int(i) for i in state["taken_at"]]
+
+
+class PoolPlayer(TensorDictModuleBase):
+    """A pool seat in the collection policy: the latest policy or a snapshot, per env copy and episode.
+
+    ``live`` is the seat's actor on the shared networks (the router trains it), ``frozen`` the same
+    actor around a :class:`SnapshotNet`; ``env_mask`` the env's own mask entry of the seat, if any.
+    Draws use the global torch RNG, as the policy's sampling does (a checkpoint's RNG states cover
+    both): a new draw wherever ``is_init`` starts an episode.
+    """
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        live: nn.Module,
+        frozen: nn.Module,
+        snapshots: SnapshotNet,
+        *,
+        source: str,
+        latest_share: float,
+        size: int,
+        every: int,
+        env_mask=None,
+    ) -> None:
+        super().__init__()
+        self.spec, self.live, self.frozen, self.snapshots = spec, live, frozen, snapshots
+        self.source, self.latest_share, self.size, self.every = source, latest_share, size, every
+        self.in_keys = [*live.in_keys, "is_init", *([env_mask] if env_mask is not None else [])]
+        self.out_keys = [*live.out_keys, (spec.name, TRAIN_MASK), (spec.name, OPPONENT)]
+        self.assignment = torch.zeros(0, dtype=torch.long)
+        self.env_mask = env_mask  # the env's own mask of the seat (a turn-based game's turns), if it has one
+
+    def snapshot(self, iteration: int) -> None:
+        """Adds the source group's policy network as it stands (every ``every`` iterations, and at 0)."""
+        self.snapshots.add(dict(self.snapshots.template.named_parameters()), size=self.size, iteration=iteration)
+
+    def after_update(self, iteration: int) -> None:
+        if iteration % self.every == 0:
+            self.snapshot(iteration)
+
+    def _draw(self, copies: int, device: torch.device) -> torch.Tensor:
+        latest = torch.rand(copies) < self.latest_share
+        slot = torch.randint(0, max(len(self.snapshots), 1), (copies,))
+        return torch.where(latest | (len(self.snapshots) == 0), -1, slot).to(device)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        g, copies = self.spec.name, td.batch_size.numel()
+        if exploration_type() == ExplorationType.DETERMINISTIC:
+            assignment = torch.full((copies,), -1, device=td.device)  # an evaluation: the latest policy
+        else:
+            if self.assignment.numel() != copies:
+                self.assignment = torch.full((copies,), -1, device=td.device)
+            starts = td.get("is_init").reshape(copies)
+            self.assignment = torch.where(starts, self._draw(copies, td.device), self.assignment)
+            assignment = self.assignment
+        td = self.live(td)
+        snapshot = assignment >= 0
+        if len(self.snapshots) and bool(snapshot.any()):
+            self.snapshots.choice = assignment.clamp(min=0)
+            other = self.frozen(td.select(*self.frozen.in_keys, strict=False).copy())
+            for key in (self.spec.keys.action, self.spec.keys.log_prob):
+                ours = td.get(key)
+                pick = snapshot.reshape(*td.batch_size, *([1] * (ours.ndim - td.batch_dims)))
+                td.set(key, torch.where(pick, other.get(key), ours))
+        n = self.spec.n_agents
+        per_agent = (*td.batch_size, n)
+        env_mask = td.get(self.env_mask) if self.env_mask is not None else torch.ones(per_agent, dtype=torch.bool)
+        td.set((g, TRAIN_MASK), env_mask & ~snapshot.reshape(*td.batch_size, 1).expand(per_agent))
+        td.set((g, OPPONENT), assignment.reshape(*td.batch_size, 1).expand(per_agent).clone())
+        return td

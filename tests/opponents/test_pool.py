@@ -1,0 +1,117 @@
+"""Snapshot pools on real tic-tac-toe: when snapshots are taken, how opponents are drawn, what trains, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marl_ppo.opponents.pool import SnapshotNet
+from marl_ppo.run.build import build
+from marl_ppo.run.checkpoints import load_checkpoint
+from marl_ppo.run.trainer import Trainer
+from tests.opponents.test_opponents import ttt
+
+
+def _rollout(parts, steps):
+    with torch.no_grad():
+        return parts.env.rollout(steps, parts.policy, break_when_any_done=False)
+
+
+def test_snapshots_are_taken_every_k_iterations_and_capped(tmp_path):
+    cfg = ttt("train.total_frames=200", "opponents.player_2=pool", "pool.every=2", "pool.size=2")
+    Trainer(cfg, run_dir=tmp_path).fit()
+    ckpt = {i: load_checkpoint(tmp_path / "checkpoints" / f"iter_{i:05d}.pt") for i in range(1, 6)}
+    assert [ckpt[i]["pools"]["player_2"]["taken_at"] for i in range(1, 6)] == [[0], [0, 2], [0, 2], [2, 4], [2, 4]]
+    # the snapshot of iteration 2 is player_1's policy network as it stood after that update, bit for bit
+    pool = ckpt[4]["pools"]["player_2"]["params"]
+    for name, stacked in pool.items():
+        live = ckpt[2]["router"][f"losses.player_1.actor_network.module.0.module.{name}"]
+        assert torch.equal(stacked[0], live), name
+        assert torch.equal(stacked[1], ckpt[4]["router"][f"losses.player_1.actor_network.module.0.module.{name}"])
+
+
+def test_the_opponent_is_drawn_per_env_and_per_episode_and_recorded():
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=0.3"))
+    for i in range(1, 4):
+        parts.pools["player_2"].snapshot(i)
+    td = _rollout(parts, 300)
+    drawn = td["player_2", "opponent"][..., 0]  # [envs, T]
+    starts = td["is_init"][..., 0]
+    assert ((drawn >= -1) & (drawn < 4)).all()
+    changed = drawn[:, 1:] != drawn[:, :-1]
+    assert not (changed & ~starts[:, 1:]).any(), "an opponent changed within an episode"
+    per_episode = drawn[starts]
+    assert len(per_episode) > 200 and len(set(per_episode.tolist())) == 5
+    assert 0.2 < (per_episode == -1).float().mean() < 0.4  # latest_share 0.3 over > 200 episodes
+    # the seat's loss counts its own turns against the latest policy, nothing else
+    mask, train = td["player_2", "mask"], td["player_2", "train_mask"]
+    assert torch.equal(train, mask & (td["player_2", "opponent"] == -1))
+    parts.env.close()
+
+
+def test_a_snapshot_plays_its_own_policy():
+    """A snapshot whose output layer always prefers the centre square: every snapshot move takes it when legal."""
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=0"))
+    pool = parts.pools["player_2"]
+    snap = pool.snapshots.params
+    last = max(k for k in snap if k.endswith("weight"))
+    snap[last].zero_()
+    snap[last.replace("weight", "bias")].copy_(torch.nn.functional.one_hot(torch.tensor([4]), 9) * 100.0)
+    td = _rollout(parts, 200)
+    moves = td["player_2", "mask"][..., 0]
+    legal_centre = td["player_2", "action_mask"][..., 0, 4]
+    assert (td["player_2", "opponent"][moves] == 0).all()
+    chosen = td["player_2", "action"][..., 0][moves & legal_centre]
+    assert len(chosen) > 20 and (chosen == 4).all()
+    # the live policy (same seat, latest_share 1) does not play like that
+    live = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=1"))
+    td = _rollout(live, 200)
+    moves = td["player_2", "mask"][..., 0] & td["player_2", "action_mask"][..., 0, 4]
+    assert (td["player_2", "action"][..., 0][moves] != 4).any()
+    parts.env.close()
+    live.env.close()
+
+
+def test_the_snapshots_run_in_one_call_equal_to_each_snapshot_alone():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    snapshots, copies = SnapshotNet(net), []
+    for _ in range(3):
+        copies.append({k: torch.randn_like(v) for k, v in net.named_parameters()})
+        snapshots.add(copies[-1], size=3)
+    x = torch.randn(6, 2, 5)
+    snapshots.choice = torch.tensor([2, 0, 1, 1, 0, 2])
+    out = snapshots(x)
+    for e, k in enumerate(snapshots.choice.tolist()):
+        torch.testing.assert_close(out[e], torch.func.functional_call(net, copies[k], (x[e],)))
+    snapshots.add(copies[0], size=3)  # a fourth: the oldest goes
+    assert len(snapshots) == 3 and torch.equal(snapshots.params["0.weight"][0], copies[1]["0.weight"])
+
+
+def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
+    from tests.run.test_recovery import assert_straight_equals_crash_then_resume
+
+    cfg = ttt("train.total_frames=240", "log.checkpoint_every=2", "opponents.player_2=pool", "pool.every=1")
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 5, 40)
+    a, b = (load_checkpoint(tmp_path / run / "checkpoints" / "last.pt")["pools"] for run in ("straight", "run"))
+    assert a["player_2"]["taken_at"] == b["player_2"]["taken_at"] == [0, 1, 2, 3, 4, 5, 6]
+    for name, value in a["player_2"]["params"].items():
+        assert torch.equal(value, b["player_2"]["params"][name]), name
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["opponents.player_2=pool", "pool.size=0"], ["pool.size", ">= 1", "0"]),
+        (["opponents.player_2=pool", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
+        (["opponents.player_2=pool:player_9"], ["opponents.player_2", "pool:player_9"]),
+    ],
+)
+def test_a_bad_pool_is_refused_in_one_line(tmp_path, capsys, overrides, words):
+    from marl_ppo.cli import main
+
+    assert main(["train", "tictactoe", f"log.root={tmp_path}", *overrides]) == 1
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+    assert not any(tmp_path.iterdir())
