@@ -7,8 +7,11 @@ networks). The forms:
 * ``self`` or ``self:GROUP``: the group plays with the networks of a training group whose specs
   are identical (by default the first such group), and its own steps train them too: symmetric
   self-play, each seat on its own reward and done keys;
-* ``pool`` or ``pool:GROUP``: as ``self``, but each env copy draws per episode whether it plays the
-  latest policy (those steps train) or a frozen snapshot of ``GROUP``'s policy (:class:`PoolConfig`);
+* ``pool``: the group trains its own networks, but each env copy draws per episode whether it plays
+  them (the latest policy: those steps train) or a frozen snapshot of its own past policy
+  (:class:`PoolConfig`): the other groups face a pool of its past selves (simple_tag's ``agent``);
+* ``pool:GROUP``: as ``self:GROUP`` (the group plays with ``GROUP``'s networks), with the pool of
+  ``GROUP``'s snapshots: symmetric self-play against past selves (tic-tac-toe's ``player_2``);
 * ``checkpoint:RUN_DIR`` or ``checkpoint:RUN_DIR:GROUP``: the policy of another run's group (by
   default the group of the same name), frozen, from that run's ``last.pt``;
 * ``package.module:callable`` or ``path/to/file.py:callable``: a scripted player,

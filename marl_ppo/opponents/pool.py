@@ -1,11 +1,12 @@
 """Snapshot pools: a seat that plays frozen past versions of a training group, or its latest policy.
 
-``opponents: {player_2: pool}`` (or ``pool:GROUP``) makes ``player_2`` a self-play seat of
-``GROUP``'s networks (as ``self`` does) whose opponent is drawn **per env copy and per episode**:
-with probability ``pool.latest_share`` the latest policy (those steps train the shared networks,
-as in ``self``), otherwise one of the pool's frozen snapshots (those steps train nothing). A
-snapshot of ``GROUP``'s policy network is taken every ``pool.every`` iterations (and one at the
-start); past ``pool.size`` snapshots the oldest is dropped.
+``opponents: {player_2: pool:player_1}`` makes ``player_2`` a self-play seat of ``player_1``'s
+networks (as ``self:player_1`` does) whose policy is drawn **per env copy and per episode**: with
+probability ``pool.latest_share`` the latest policy (those steps train the shared networks, as in
+``self``), otherwise one of the pool's frozen snapshots of ``player_1``'s policy (those steps train
+nothing). ``opponents: {agent: pool}`` keeps the group's own networks and pools its own past
+policies. A snapshot is taken every ``pool.every`` iterations (and one at the start); past
+``pool.size`` snapshots the oldest is dropped.
 
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
 vmapped call of the network (:class:`SnapshotNet`), not one module call per env. Which opponent an

@@ -128,7 +128,7 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         check_every_group_acts(env.reset(), trained)
     router = GroupRouter.from_specs(
         trained,
-        shared={g: _self_seat(g, s, trained, sources) for g, s in sources.items() if s.learns},
+        shared={g: _self_seat(g, s, trained, sources) for g, s in sources.items() if _shares(g, s)},
         algorithm=cfg.loss.algorithm,
         model=cfg.model,
         value_norm=cfg.loss.value_norm,
@@ -203,9 +203,14 @@ def _opponent_sources(given: dict[str, str], groups: dict[str, GroupSpec]) -> di
     return sources
 
 
+def _shares(group: str, source: OpponentSource) -> bool:
+    """Whether ``group`` plays with another group's networks: ``self``, ``pool:OTHER`` (``pool``: its own)."""
+    return source.kind == "self" or (source.kind == "pool" and source.group not in (None, group))
+
+
 def _self_seat(group: str, source: OpponentSource, trained: dict[str, GroupSpec], sources) -> str:
     """The training group whose networks ``group`` plays with (``self``: the first with identical specs)."""
-    own = [g for g in trained if g not in sources]  # groups that train their own networks
+    own = [g for g in trained if not (g in sources and _shares(g, sources[g]))]  # train their own networks
     if source.group is not None:
         if source.group not in own:
             raise ConfigError(

@@ -211,6 +211,7 @@ class Trainer:
             t_collect=t_collect,
             t_update=t_update,
             iteration=state.iteration,
+            groups=parts.groups,
         )
         metrics["train/lr"] = lr
         if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:

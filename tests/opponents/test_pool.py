@@ -18,7 +18,7 @@ def _rollout(parts, steps):
 
 
 def test_snapshots_are_taken_every_k_iterations_and_capped(tmp_path):
-    cfg = ttt("train.total_frames=200", "opponents.player_2=pool", "pool.every=2", "pool.size=2")
+    cfg = ttt("train.total_frames=200", "opponents.player_2=pool:player_1", "pool.every=2", "pool.size=2")
     Trainer(cfg, run_dir=tmp_path).fit()
     ckpt = {i: load_checkpoint(tmp_path / "checkpoints" / f"iter_{i:05d}.pt") for i in range(1, 6)}
     assert [ckpt[i]["pools"]["player_2"]["taken_at"] for i in range(1, 6)] == [[0], [0, 2], [0, 2], [2, 4], [2, 4]]
@@ -31,7 +31,7 @@ def test_snapshots_are_taken_every_k_iterations_and_capped(tmp_path):
 
 
 def test_the_opponent_is_drawn_per_env_and_per_episode_and_recorded():
-    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=0.3"))
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=0.3"))
     for i in range(1, 4):
         parts.pools["player_2"].snapshot(i)
     td = _rollout(parts, 300)
@@ -51,7 +51,7 @@ def test_the_opponent_is_drawn_per_env_and_per_episode_and_recorded():
 
 def test_a_snapshot_plays_its_own_policy():
     """A snapshot whose output layer always prefers the centre square: every snapshot move takes it when legal."""
-    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=0"))
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=0"))
     pool = parts.pools["player_2"]
     snap = pool.snapshots.params
     last = max(k for k in snap if k.endswith("weight"))
@@ -64,7 +64,7 @@ def test_a_snapshot_plays_its_own_policy():
     chosen = td["player_2", "action"][..., 0][moves & legal_centre]
     assert len(chosen) > 20 and (chosen == 4).all()
     # the live policy (same seat, latest_share 1) does not play like that
-    live = build(ttt("env.num_envs=8", "opponents.player_2=pool", "pool.latest_share=1"))
+    live = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=1"))
     td = _rollout(live, 200)
     moves = td["player_2", "mask"][..., 0] & td["player_2", "action_mask"][..., 0, 4]
     assert (td["player_2", "action"][..., 0][moves] != 4).any()
@@ -91,7 +91,7 @@ def test_the_snapshots_run_in_one_call_equal_to_each_snapshot_alone():
 def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
     from tests.run.test_recovery import assert_straight_equals_crash_then_resume
 
-    cfg = ttt("train.total_frames=240", "log.checkpoint_every=2", "opponents.player_2=pool", "pool.every=1")
+    cfg = ttt("train.total_frames=240", "log.checkpoint_every=2", "opponents.player_2=pool:player_1", "pool.every=1")
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 5, 40)
     a, b = (load_checkpoint(tmp_path / run / "checkpoints" / "last.pt")["pools"] for run in ("straight", "run"))
     assert a["player_2"]["taken_at"] == b["player_2"]["taken_at"] == [0, 1, 2, 3, 4, 5, 6]
@@ -102,8 +102,8 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["opponents.player_2=pool", "pool.size=0"], ["pool.size", ">= 1", "0"]),
-        (["opponents.player_2=pool", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
+        (["opponents.player_2=pool:player_1", "pool.size=0"], ["pool.size", ">= 1", "0"]),
+        (["opponents.player_2=pool:player_1", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
         (["opponents.player_2=pool:player_9"], ["opponents.player_2", "pool:player_9"]),
     ],
 )
