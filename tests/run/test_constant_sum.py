@@ -38,7 +38,7 @@ def test_both_players_in_one_group_get_their_own_returns():
     agents = groups[group].agents
     out = constant_sum_metrics(td, groups)
     done = td["next", "done"].squeeze(-1)
-    returns = td["next", *GroupKeys.for_group(group).episode_reward][done].squeeze(-1)
+    returns = td[("next", *GroupKeys.for_group(group).episode_reward)][done].squeeze(-1)
     assert torch.allclose(returns.sum(-1), torch.zeros(())), "rps is zero-sum"
     for i, agent in enumerate(agents):
         assert out[f"collect/{group}/{agent}/episode_reward"] == returns[:, i].mean().item()
