@@ -21,3 +21,17 @@ def occupied(observation, action_mask):
     """An illegal move whenever there is one: the first occupied square."""
     taken = np.flatnonzero(~action_mask)
     return int(taken[0]) if len(taken) else 0
+
+
+# the example of docs/opponents.md, kept equal to it by a test
+def greedy(observation, action_mask):
+    """Completes a line of its own when it can, blocks one of the opponent's, else the first legal square."""
+    board = (observation[..., 0] - observation[..., 1]).flatten()  # square s: +1 own mark, -1 the opponent's
+    for sign in (1, -1):
+        for square in np.flatnonzero(action_mask):
+            trial = board.copy()
+            trial[square] = sign
+            lines = trial.reshape(3, 3)
+            if any(abs(s) == 3 for s in (*lines.sum(0), *lines.sum(1), lines.trace(), np.fliplr(lines).trace())):
+                return int(square)
+    return int(np.flatnonzero(action_mask)[0])

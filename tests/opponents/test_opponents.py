@@ -237,3 +237,22 @@ def test_a_run_with_an_opponent_resumes_exactly(tmp_path, monkeypatch, source):
 
     cfg = ttt("train.total_frames=200", "log.checkpoint_every=2", f"opponents.player_2={source}")
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 3, 40)
+
+
+def test_the_docs_scripted_example_plays_well_against_random():
+    """docs/opponents.md's greedy player, as written there: it beats a random player most of the time."""
+    import inspect
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "opponents.md").read_text()
+    assert inspect.getsource(players.greedy).strip() in docs
+    cfg = ttt()
+    parts = build(cfg)
+    seats = [
+        build_opponent(cfg, "test", _callable("tests.opponents.players:greedy"), parts.groups["player_1"]),
+        build_opponent(cfg, "test", _callable("random"), parts.groups["player_2"]),
+    ]
+    result = evaluate(TensorDictSequential(*seats), parts.env, 30, list(parts.groups), episodes=60)
+    counts = count_outcomes(result.per_episode, "player_1")
+    assert counts.win_rate > 0.8 and counts.loss_rate < 0.1, counts
+    parts.env.close()
