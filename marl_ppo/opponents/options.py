@@ -94,15 +94,20 @@ class PoolConfig:
         size: at most this many snapshots; past it the oldest is dropped.
         latest_share: the share of episodes (drawn per env copy) against the latest policy, which
             train the seat as ``self`` does; the others are against a snapshot drawn uniformly.
+        payoff_episodes: at the end of a run with a symmetric pool (``pool:GROUP``), every pair of its
+            snapshots, the latest policy and ``log.eval_opponents`` plays this many episodes in each
+            seating: ``plots/payoff.png``, ``payoff.json`` and Elo ratings (0: not played).
     """
 
     every: int = 5
     size: int = 10
     latest_share: float = 0.5
+    payoff_episodes: int = 0
 
     def __post_init__(self) -> None:
         at_least("pool.every", self.every, 1)
         at_least("pool.size", self.size, 1)
+        at_least("pool.payoff_episodes", self.payoff_episodes, 0, " (0: no payoff matrix)")
         if not 0.0 <= self.latest_share <= 1.0:
             raise ConfigError(f"pool.latest_share must be in [0, 1], got {self.latest_share!r}")
 

@@ -74,8 +74,10 @@ def evaluate(
     *,
     episodes: int,
     callback: Callable | None = None,
+    deterministic: bool = True,
 ) -> EvalResult:
-    """Runs ``policy`` (``None``: random actions) deterministically until ``episodes`` episodes ended.
+    """Runs ``policy`` (``None``: random actions) deterministically (``deterministic=False``: sampling its
+    actions) until ``episodes`` episodes ended.
 
     Stops after ``(episodes per copy + 1) * max_steps`` steps at most (an env whose episodes never
     end); ``EvalResult.episodes`` is then the number that did. ``callback(env, td)`` is called after
@@ -89,7 +91,7 @@ def evaluate(
     totals = {g: torch.zeros(()) for g in groups}
     counted: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
     n = 0
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
+    with set_exploration_type(ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM):
         td = env.reset()
         if callback is not None:
             callback(env, td)
@@ -154,8 +156,9 @@ class Evaluator:
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
 
-    def __call__(self, callback: Callable | None = None, policy=None) -> EvalResult:
-        """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same envs."""
+    def __call__(self, callback: Callable | None = None, policy=None, deterministic: bool = True) -> EvalResult:
+        """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same
+        envs; ``deterministic=False`` samples the actions (a payoff matrix's games)."""
         cfg = self.cfg
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if self.env is None:
@@ -172,6 +175,7 @@ class Evaluator:
                 self.groups,
                 episodes=self.episodes,
                 callback=callback,
+                deterministic=deterministic,
             )
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ logged as ``eval/vs_<source>/<seat>/{win_rate,draw_rate,loss_rate,episode_reward
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from tensordict.nn import TensorDictSequential
 
@@ -73,6 +74,25 @@ class Matches:
     def __call__(self) -> dict[tuple[str, str], tuple[EvalResult, Outcomes | None]]:
         """Every source in every seat."""
         return {(text, seat): self.play(text, seat) for text in self.sources for seat in self.seats}
+
+    def ladder(self, run_dir) -> dict[str, float]:
+        """A symmetric pool's payoff matrix and Elo ratings at the end of a run (``pool.payoff_episodes``):
+        ``payoff.json`` and ``plots/payoff.png`` written, the ratings returned as ``eval/rating/<player>``."""
+        from marl_ppo.run.payoff import play_payoff
+
+        episodes = self.cfg.pool.payoff_episodes
+        if not episodes or not self.parts.pools:
+            return {}
+        groups, env_fn = list(self.parts.groups), self.evaluator.env_fn
+        evaluator = Evaluator(self.cfg, self.parts.policy, groups, episodes=episodes, env_fn=env_fn)
+        try:
+            payoff = play_payoff(self.cfg, self.parts, evaluator, episodes=episodes, fixed=self.cfg.log.eval_opponents)
+        finally:
+            evaluator.close()
+        if payoff is None:
+            return {}
+        payoff.write(Path(run_dir))
+        return payoff.metrics()
 
     def metrics(self) -> dict[str, float]:
         """``eval/vs_<source>/<seat>/...`` for every match that finished an episode."""

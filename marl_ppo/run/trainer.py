@@ -260,6 +260,9 @@ class Trainer:
         else:
             final = self._evaluate()
             self.logger.log(final, self.frames)
+        ladder = self.matches.ladder(self.run_dir)  # a pool's payoff matrix and ratings (pool.payoff_episodes)
+        self.logger.log(ladder, self.frames)
+        final = {**final, **ladder}
         if self.cfg.log.plot:
             from marl_ppo.run.plots import plot_runs
 

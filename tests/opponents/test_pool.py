@@ -115,3 +115,28 @@ def test_a_bad_pool_is_refused_in_one_line(tmp_path, capsys, overrides, words):
     for word in words:
         assert word in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_symmetric_pool_ends_with_its_payoff_matrix_and_ratings(tmp_path):
+    import json
+
+    cfg = ttt(
+        "train.total_frames=120",
+        "opponents.player_2=pool:player_1",
+        "pool.every=1",
+        "pool.size=2",
+        "pool.payoff_episodes=4",
+        "log.eval_opponents=[random]",
+    )
+    summary = Trainer(cfg, run_dir=tmp_path).fit()
+    payoff = json.loads((tmp_path / "payoff.json").read_text())
+    assert payoff["players"] == ["iter_2", "iter_3", "latest", "random"]
+    scores = payoff["scores"]
+    for i in range(4):
+        assert scores[i][i] is None
+        for j in range(4):
+            if i != j:  # each pair played in both seatings: their scores add up to one
+                assert scores[i][j] + scores[j][i] == pytest.approx(1.0)
+    assert sum(payoff["ratings"]) / 4 == pytest.approx(1000.0)
+    assert {f"eval/rating/{p}" for p in payoff["players"]} <= set(summary)
+    assert (tmp_path / "plots" / "payoff.png").stat().st_size > 0
