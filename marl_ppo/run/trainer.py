@@ -255,14 +255,11 @@ class Trainer:
         """The final checkpoint, evaluation, plots and summary."""
         if self._saved_iteration != self.iteration:
             self._write(self._snapshot)
-        if self._last_eval_iteration == self.iteration:  # the last iteration has just been evaluated
-            final = self._last_eval
-        else:
-            final = self._evaluate()
-            self.logger.log(final, self.frames)
-        ladder = self.matches.ladder(self.run_dir)  # a pool's payoff matrix and ratings (pool.payoff_episodes)
-        self.logger.log(ladder, self.frames)
-        final = {**final, **ladder}
+        # the last iteration's evaluation unless it has just been done, and a pool's payoff matrix and ratings
+        fresh = {} if self._last_eval_iteration == self.iteration else dict(self._evaluate())
+        fresh.update(self.matches.ladder(self.run_dir))
+        self.logger.log(fresh, self.frames)
+        final = {**self._last_eval, **fresh}
         if self.cfg.log.plot:
             from marl_ppo.run.plots import plot_runs
 
