@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import platform
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,23 @@ OVERRIDES = [
 
 
 def machine() -> dict[str, str]:
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    """The torch build, its CPU kernel family and the CPU model: two AVX512 CPUs of different makers
+    (an Intel Xeon, an AMD EPYC) give different last bits through the same kernels."""
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu": _cpu_model(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _digest_value(value, prefix: str, out: dict[str, object]) -> None:
