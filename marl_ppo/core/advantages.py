@@ -36,7 +36,14 @@ from torchrl.objectives.value import MultiAgentGAE
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import update_value_norm
 
-__all__ = ["group_estimator", "critic_values", "compute_advantages", "check_trailing_one", "mask_padding"]
+__all__ = [
+    "group_estimator",
+    "critic_values",
+    "compute_advantages",
+    "check_trailing_one",
+    "mask_padding",
+    "pass_through_padding",
+]
 
 
 def group_estimator(keys: GroupKeys, *, gamma: float, lmbda: float) -> MultiAgentGAE:
@@ -77,6 +84,39 @@ def check_trailing_one(td: TensorDictBase, group: str, key, what: str) -> None:
         )
 
 
+def pass_through_padding(td: TensorDictBase, keys: GroupKeys, gamma: float) -> tuple | None:
+    """Values at padding steps (mask False) replaced by what passes GAE straight through them.
+
+    A turn-based game's player does not act on its opponent's turns, and an agent that has left an
+    episode does not act again: the critic is never trained there, so its values at those steps are
+    noise, and GAE would bootstrap from them (weight ``gamma * (1 - lmbda)`` each). Here each padding
+    step's value becomes ``r + gamma * (1 - terminated) * V(next)`` (backwards in time, ``V(next)``
+    itself replaced when the next step is padding too): its TD error is 0, and the acting step
+    before it bootstraps on the rewards it receives until it acts again and on its value there, as
+    a multi-step TD target. The acting steps' values are untouched. Returns the critic's own values
+    ``(value, next value)``, for :func:`compute_advantages` to put back once GAE has run (``None``:
+    nothing was padding).
+    """
+    present = td.get(keys.mask).unsqueeze(-1)  # [*B, T, n_agents, 1]
+    if bool(present.all()):
+        return None
+    nxt = td.get("next")
+    originals = td.get(keys.value), nxt.get(keys.value)
+    time = td.batch_dims - 1
+    value, next_value = td.get(keys.value).clone(), nxt.get(keys.value).clone()
+    reward, done, term = (nxt.get(k) for k in (keys.reward, keys.done, keys.terminated))
+    for t in reversed(range(value.shape[time])):
+        step = (slice(None),) * time + (t,)
+        if t + 1 < value.shape[time]:  # within a trajectory the next value is the next step's (as replaced)
+            later = (slice(None),) * time + (t + 1,)
+            next_value[step] = torch.where(done[step], next_value[step], value[later])
+        through = reward[step] + gamma * (~term[step]).to(value.dtype) * next_value[step]
+        value[step] = torch.where(present[step], value[step], through)
+    td.set(keys.value, value)
+    nxt.set(keys.value, next_value)
+    return originals
+
+
 def mask_padding(td: TensorDictBase, keys: GroupKeys) -> None:
     """Agents absent at a step (PettingZoo ``mask`` False) get advantage 0 and value target = value.
 
@@ -100,9 +140,10 @@ def compute_advantages(
     """Each group's advantage and value target, ``[*B, T, n_agents, 1]``, written into ``td``.
 
     ``td`` is a rollout with its time dim last in the batch and the routed training reward/done
-    present. Groups go in order: critic values (a critic shared by several groups runs once), GAE,
-    padding masked, then the group's value normaliser takes in the batch's targets (once per batch,
-    after GAE used the values of the old statistics).
+    present. Groups go in order: critic values (a critic shared by several groups runs once), GAE
+    (passing through padding steps: :func:`pass_through_padding`), padding masked, then the group's
+    value normaliser takes in the batch's targets (once per batch, after GAE used the values of the
+    old statistics).
     """
     called: set[int] = set()
     for g, spec in groups.items():
@@ -118,7 +159,12 @@ def compute_advantages(
         if id(critic) not in called:
             critic_values(td, critic)
             called.add(id(critic))
+        padded = keys.mask is not None and keys.mask in td.keys(include_nested=True)
+        originals = pass_through_padding(td, keys, float(estimators[g].gamma)) if padded else None
         estimators[g](td)
+        if originals is not None:  # the entries hold the critic's own values again
+            td.set(keys.value, originals[0])
+            td.get("next").set(keys.value, originals[1])
         check_trailing_one(td, g, keys.advantage, "advantage")
         present = None
         if keys.mask is not None and keys.mask in td.keys(include_nested=True):
