@@ -262,3 +262,19 @@ def test_models_unknown_key_stops_before_any_run(tmp_path):
     assert out.returncode != 0
     assert "variant 'typo': unknown config key 'train.lr_rate'; did you mean 'train.lr'?" in out.stderr, out.stderr
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_opponents_quick_trains_and_plays_each_seat_against_random(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "benchmarks" / "opponents.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| tictactoe |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["player_1", "player_2"]
+    for row in rows:
+        win, draw, loss = (float(c) for c in row.split("|")[3:6])
+        assert abs(win + draw + loss - 1.0) < 1e-6

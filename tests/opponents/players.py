@@ -35,3 +35,11 @@ def greedy(observation, action_mask):
             if any(abs(s) == 3 for s in (*lines.sum(0), *lines.sum(1), lines.trace(), np.fliplr(lines).trace())):
                 return int(square)
     return int(np.flatnonzero(action_mask)[0])
+
+
+_RNG = np.random.default_rng(0)
+
+
+def mostly_rock(observation, action_mask):
+    """Rock-paper-scissors: rock 80 % of the time, paper and scissors 10 % each (a fixed, biased player)."""
+    return int(_RNG.choice(3, p=[0.8, 0.1, 0.1]))
