@@ -84,6 +84,8 @@ def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str])
             actor, critic = (sum(p.numel() for p in m.parameters()) for m in (loss.actor_network, loss.critic_network))
             agents = parts.groups[group].n_agents
             print(f"group {group}: {agents} agent(s), actor {actor:,} parameters, critic {critic:,} parameters")
+        for group, source in cfg.opponents.items():
+            print(f"group {group}: opponents.{group} = {source}")
         total = sum(p.numel() for p in parts.router.parameters())
         print(f"all groups: {total:,} trainable parameters (shared modules counted once)")
     finally:
