@@ -117,7 +117,7 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     frozen = [g for g, source in sources.items() if not source.learns]
     pooled = [g for g, source in sources.items() if source.kind == "pool"]
     # a pool seat's loss counts its steps against the latest policy only: its own training mask
-    trained = {g: _pool_seat(spec) if g in pooled else spec for g, spec in groups.items() if g not in frozen}
+    trained = {g: _pool_seat(spec, cfg) if g in pooled else spec for g, spec in groups.items() if g not in frozen}
     table = (
         RewardTable.from_dict(cfg.reward_table)
         if cfg.reward_table is not None
@@ -162,10 +162,16 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     return parts
 
 
-def _pool_seat(spec: GroupSpec) -> GroupSpec:
+def _pool_seat(spec: GroupSpec, cfg: Config) -> GroupSpec:
     """A pool seat's spec for the router: its loss mask is its ``train_mask`` (:mod:`marl_ppo.opponents.pool`)."""
     if spec.is_composite_action:
         raise ConfigError(f"opponents.{spec.name}: a pool seat with a composite action is not supported yet")
+    if cfg.train.collector.backend != "direct":  # a worker's copy of the policy would keep its first snapshots
+        raise ConfigError(
+            f"opponents.{spec.name}: a pool's snapshots live in this process; train.collector.backend="
+            f"{cfg.train.collector.backend} collects in workers that would never see a new one "
+            "(use train.collector.backend=direct)"
+        )
     return dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=(spec.name, TRAIN_MASK)))
 
 

@@ -132,6 +132,10 @@ BAD += [  # opponents: a group that does not exist, a source that cannot be buil
     ([*TTT, "opponents.player_1=random", "opponents.player_2=random"], ["no group is left to train"]),
     (["log.eval_opponents=[self]"], ["log.eval_opponents[0]", "'self' is how a group trains"]),
     (
+        [*TTT, "opponents.player_2=pool:player_1", "train.collector.backend=process"],
+        ["opponents.player_2", "train.collector.backend=process", "backend=direct"],
+    ),
+    (
         ["env.scenario=simple_tag", "opponents.agent=self"],
         ["opponents.agent", "'self' needs a training group with identical specs", "agents 1 (group 'agent')"],
     ),
