@@ -145,7 +145,7 @@ class ScriptedPlayer(TensorDictModuleBase):
         except (TypeError, ValueError):
             raise OpponentError(f"{where} returned {action!r}; expected an action index in [0, {n_choices})") from None
         if not 0 <= index < n_choices or (legal is not None and not legal[index]):
-            allowed = list(np.flatnonzero(legal)) if legal is not None else f"[0, {n_choices})"
+            allowed = np.flatnonzero(legal).tolist() if legal is not None else f"[0, {n_choices})"
             raise OpponentError(
                 f"{where} chose action {action!r}, which is not legal there; the legal actions were {allowed}"
             )
