@@ -158,7 +158,11 @@ class PoolPlayer(TensorDictModuleBase):
                 td.set(key, torch.where(pick, other.get(key), ours))
         n = self.spec.n_agents
         per_agent = (*td.batch_size, n)
-        env_mask = td.get(self.env_mask) if self.env_mask is not None else torch.ones(per_agent, dtype=torch.bool)
+        env_mask = (
+            td.get(self.env_mask)
+            if self.env_mask is not None
+            else torch.ones(per_agent, dtype=torch.bool, device=td.device)
+        )
         td.set((g, TRAIN_MASK), env_mask & ~snapshot.reshape(*td.batch_size, 1).expand(per_agent))
         td.set((g, OPPONENT), assignment.reshape(*td.batch_size, 1).expand(per_agent).clone())
         return td

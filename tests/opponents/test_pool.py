@@ -140,3 +140,18 @@ def test_a_symmetric_pool_ends_with_its_payoff_matrix_and_ratings(tmp_path):
     assert sum(payoff["ratings"]) / 4 == pytest.approx(1000.0)
     assert {f"eval/rating/{p}" for p in payoff["players"]} <= set(summary)
     assert (tmp_path / "plots" / "payoff.png").stat().st_size > 0
+
+
+def test_the_trainers_collector_draws_snapshots_and_the_update_skips_their_steps(tmp_path):
+    seen = []
+
+    class Record:
+        def on_batch_collected(self, trainer, batch):
+            seen.append((batch["player_2", "opponent"].clone(), batch["player_2", "advantage"].clone()))
+
+    cfg = ttt("train.total_frames=160", "opponents.player_2=pool:player_1", "pool.every=1", "pool.latest_share=0.3")
+    Trainer(cfg, run_dir=tmp_path, callbacks=[Record()]).fit()
+    drawn = torch.cat([d.flatten() for d, _ in seen])
+    assert (drawn >= 0).any() and (drawn == -1).any()
+    for opponent, advantage in seen:  # a snapshot's steps carry no advantage: they train nothing
+        assert (advantage[opponent >= 0] == 0).all()
