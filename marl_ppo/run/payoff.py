@@ -52,7 +52,10 @@ class Payoff:
 
 
 def symmetric_pool(parts: Parts) -> tuple[str, str] | None:
-    """``(pooled group, pool seat)`` of the first pool seat that plays another group's networks (``pool:GROUP``)."""
+    """``(pooled group, pool seat)`` of the first pool seat that plays another group's networks (``pool:GROUP``),
+    in a two-group game (each player of the matrix fills both seats; with more groups there is no pairing)."""
+    if len(parts.groups) != 2:
+        return None
     losses = parts.router.losses
     for seat in parts.pools:
         net = group_network(losses[seat].actor_network)
@@ -93,8 +96,7 @@ def play_payoff(cfg: Config, parts: Parts, evaluator: Evaluator, *, episodes: in
         for j, b in enumerate(names):
             if i == j:
                 continue
-            others = [players[b][seat] if g == seat else players[a][g] for g in parts.groups if g != group]
-            policy = TensorDictSequential(players[a][group], *others)
+            policy = TensorDictSequential(players[a][group], players[b][seat])
             result = evaluator(policy=policy, deterministic=False)
             counts = count_outcomes(result.per_episode, group)
             won[i][j] += counts.win_rate + 0.5 * counts.draw_rate  # a as the pooled group's seat
