@@ -8,7 +8,7 @@ A name is looked up only where no file of that name exists: ``marl-ppo train bal
 folder holding its own ``balance.yaml`` reads that one.
 
 >>> shipped_configs()[:3]
-['balance', 'connect_four', 'connect_four_selfplay']
+['balance', 'connect_four', 'connect_four_two_groups']
 >>> config_path("navigation").name, suite_path("tiny").name
 ('navigation.yaml', 'tiny.yaml')
 """

@@ -15,7 +15,7 @@ Covered:
   acts per step, and the masks do rule moves out (the check is not vacuous);
 * the loss counts only the acting agent: changing a non-acting agent's stored log-prob leaves every
   ``loss_*`` term unchanged, changing an acting agent's changes the objective;
-* a tiny Trainer run from ``configs/tictactoe.yaml`` (and connect four with both players in one
+* a tiny Trainer run from ``configs/tictactoe_two_groups.yaml`` (and connect four with both players in one
   group) finishes 2 iterations with finite losses per group and writes its checkpoints;
 * bad input fails before any training: an unknown task (with suggestions from both families),
   a classic task whose package is missing, a bad ``group_map``.
@@ -212,7 +212,7 @@ TINY = [
     ids=["tictactoe-config", "connect_four-one-group"],
 )
 def test_trainer_runs_on_a_classic_game(tmp_path, overrides, expected):
-    cfg = load_config(ROOT / "configs" / "tictactoe.yaml", TINY + overrides)
+    cfg = load_config(ROOT / "configs" / "tictactoe_two_groups.yaml", TINY + overrides)
     run = tmp_path / "run"
     trainer = Trainer(cfg, run_dir=run)
     assert {g: s.n_agents for g, s in trainer.parts.groups.items()} == expected
@@ -237,7 +237,7 @@ def test_trainer_runs_on_a_classic_game(tmp_path, overrides, expected):
 def test_unknown_classic_task_suggests_from_both_families(tmp_path):
     with pytest.raises(ConfigError) as info:
         Trainer(
-            load_config(ROOT / "configs" / "tictactoe.yaml", TINY + ["env.scenario=tictactoe_v2"]),
+            load_config(ROOT / "configs" / "tictactoe_two_groups.yaml", TINY + ["env.scenario=tictactoe_v2"]),
             run_dir=tmp_path / "run",
         )
     msg = str(info.value)

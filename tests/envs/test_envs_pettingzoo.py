@@ -12,7 +12,7 @@ Covered, on real envs at tiny sizes:
   misspelt version and a module that is not an env each named in a ConfigError; none leaves a
   run directory;
 * ``marl-ppo eval --episodes 20`` on PettingZoo reports and averages exactly 20 episodes;
-* connect four trains with ``configs/connect_four.yaml``;
+* connect four trains with ``configs/connect_four_two_groups.yaml``;
 * every copy of a game is seeded within 31 bits, and hanabi (OpenSpiel) trains whatever the seed.
 """
 
@@ -186,7 +186,15 @@ def test_pettingzoo_eval_runs_exactly_the_requested_episodes(tmp_path, capsys):
         "log.plot=false",
     ]
     assert (
-        main(["train", str(ROOT / "configs" / "tictactoe.yaml"), *overrides, f"log.root={tmp_path}", "log.name=ttt"])
+        main(
+            [
+                "train",
+                str(ROOT / "configs" / "tictactoe_two_groups.yaml"),
+                *overrides,
+                f"log.root={tmp_path}",
+                "log.name=ttt",
+            ]
+        )
         == 0
     )
     capsys.readouterr()
@@ -211,13 +219,15 @@ def test_connect_four_trains_with_its_own_config(tmp_path):
         "log.progress=false",
         "log.plot=false",
     ]
-    trainer = Trainer(load_config(ROOT / "configs" / "connect_four.yaml", overrides), run_dir=tmp_path / "run")
+    trainer = Trainer(
+        load_config(ROOT / "configs" / "connect_four_two_groups.yaml", overrides), run_dir=tmp_path / "run"
+    )
     assert list(trainer.parts.groups) == ["player_0", "player_1"]
     assert trainer.fit()["iteration"] == 1
     # the tic-tac-toe config names tic-tac-toe's players: the error says which groups exist
     with pytest.raises(RewardTableError, match="player_2"):
         Trainer(
-            load_config(ROOT / "configs" / "tictactoe.yaml", overrides + ["env.scenario=connect_four_v3"]),
+            load_config(ROOT / "configs" / "tictactoe_two_groups.yaml", overrides + ["env.scenario=connect_four_v3"]),
             run_dir=tmp_path / "other",
         )
     assert not (tmp_path / "other").exists()

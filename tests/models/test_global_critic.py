@@ -62,7 +62,7 @@ def test_values_depend_on_every_group(tag):
 
 
 def test_turn_based_games_are_refused():
-    cfg = load_config("configs/tictactoe.yaml", overrides=["model.critic=global"])
+    cfg = load_config("configs/tictactoe_two_groups.yaml", overrides=["model.critic=global"])
     with pytest.raises(ValueError, match=r"every group to act at every step.*player_2"):
         build(cfg)
 

@@ -135,7 +135,7 @@ CASES = {
     ),
     # two groups, masked categorical actions (PettingZoo, turn-based)
     "tictactoe": (
-        ROOT / "configs" / "tictactoe.yaml",
+        ROOT / "configs" / "tictactoe_two_groups.yaml",
         ["env.num_envs=2", "train.frames_per_batch=40", "train.minibatch_size=20", "model.seq_len=10"],
     ),
     # composite {move, comm} actions, two heads

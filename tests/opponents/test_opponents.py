@@ -31,7 +31,7 @@ TTT = [
 
 
 def ttt(*overrides):
-    return load_config("tictactoe", overrides=[*TTT, *overrides])
+    return load_config("tictactoe_two_groups", overrides=[*TTT, *overrides])
 
 
 def _rollout(parts, steps=12):
@@ -190,7 +190,7 @@ def test_a_checkpoint_of_other_specs_is_refused_before_a_run_directory_exists(tm
     from marl_ppo.cli import main
 
     Trainer(tiny_config(), run_dir=tmp_path / "navigation").fit()
-    args = ["train", "tictactoe", *TTT, f"log.root={tmp_path / 'runs'}"]
+    args = ["train", "tictactoe_two_groups", *TTT, f"log.root={tmp_path / 'runs'}"]
     assert main([*args, f"opponents.player_2=checkpoint:{tmp_path / 'navigation'}:agents"]) == 1
     err = capsys.readouterr().err
     for word in (

@@ -110,7 +110,7 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
 def test_a_bad_pool_is_refused_in_one_line(tmp_path, capsys, overrides, words):
     from marl_ppo.cli import main
 
-    assert main(["train", "tictactoe", f"log.root={tmp_path}", *overrides]) == 1
+    assert main(["train", "tictactoe_two_groups", f"log.root={tmp_path}", *overrides]) == 1
     err = capsys.readouterr().err
     for word in words:
         assert word in err, err
@@ -155,3 +155,27 @@ def test_the_trainers_collector_draws_snapshots_and_the_update_skips_their_steps
     assert (drawn >= 0).any() and (drawn == -1).any()
     for opponent, advantage in seen:  # a snapshot's steps carry no advantage: they train nothing
         assert (advantage[opponent >= 0] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "name, seat, pooled",
+    [
+        ("tictactoe", "player_2", "player_1"),
+        ("connect_four", "player_1", "player_0"),
+        ("simple_tag_pool", "agent", "agent"),
+    ],
+)
+def test_the_shipped_competitive_configs_train_against_a_pool(name, seat, pooled):
+    """tictactoe, connect_four (by default) and simple_tag_pool: a seat plays a pool of a training group."""
+    from marl_ppo.config import load_config
+
+    cfg = load_config(name, overrides=["env.num_envs=2"])
+    assert cfg.opponents == {seat: "pool" if seat == pooled else f"pool:{pooled}"}
+    parts = build(cfg)
+    assert list(parts.pools) == [seat] and len(parts.pools[seat].snapshots) == 1  # the snapshot of the start
+    assert {seat, pooled} <= set(parts.router.groups)
+    seat_params = list(parts.router.losses[seat].actor_network.parameters())
+    assert all(a is b for a, b in zip(seat_params, parts.router.losses[pooled].actor_network.parameters(), strict=True))
+    parts.env.close()
+    if cfg.env.kind == "pettingzoo":
+        assert cfg.log.eval_opponents == ["random"]

@@ -302,7 +302,18 @@ def test_an_evaluation_that_finishes_no_episode_says_so_and_reports_no_return(tm
         "log.eval_every=1",
     ]
     capsys.readouterr()
-    assert main(["train", str(ROOT / "configs" / "tictactoe.yaml"), *tiny, f"log.root={tmp_path}", "log.name=ttt"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(ROOT / "configs" / "tictactoe_two_groups.yaml"),
+                *tiny,
+                f"log.root={tmp_path}",
+                "log.name=ttt",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert err.count("no episode finished within 2 steps per env copy") == 1
     scalars = read_scalars(run)

@@ -19,7 +19,7 @@ def _batch(name, *overrides, steps=60):
 
 
 def test_each_seat_of_tictactoe_gets_its_win_draw_and_loss_rates():
-    td, groups = _batch("tictactoe")
+    td, groups = _batch("tictactoe_two_groups")
     out = constant_sum_metrics(td, groups)
     done = td["next", "done"].squeeze(-1)
     first = td["next", "player_1", "episode_reward"][done].flatten()
