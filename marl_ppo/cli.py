@@ -283,8 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--opponent",
         action="append",
         metavar="SOURCE",
-        help="play the trained policy against SOURCE (random, checkpoint:RUN_DIR[:GROUP], module:callable) in "
-        "each seat: win/draw/loss rates per seat, --episodes per seat; may be repeated",
+        help="play the trained policy against SOURCE (random, pool: the run's snapshots, checkpoint:RUN_DIR[:GROUP], "
+        "module:callable) in each seat: win/draw/loss rates per seat, --episodes per seat; may be repeated",
     )
     p.add_argument("--seat", help="with --opponent: the group the trained policy plays (default: every seat it can)")
     p.set_defaults(func=_eval)

@@ -200,9 +200,14 @@ class Config:
     def __post_init__(self) -> None:
         for group, source in self.opponents.items():
             parse_source(f"opponents.{group}", source)
+        pooled = any(parse_source("", s).kind == "pool" for s in self.opponents.values())
         for i, source in enumerate(self.log.eval_opponents):
-            if parse_source(f"log.eval_opponents[{i}]", source).learns:
-                raise ConfigError(f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play")
+            kind = parse_source(f"log.eval_opponents[{i}]", source).kind
+            if kind == "self" or (kind == "pool" and not pooled):
+                raise ConfigError(
+                    f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play"
+                    + ("" if kind == "self" else " (pool plays a run's snapshots; this config has no pool seat)")
+                )
         if self.log.video and self.env.kind != "vmas":
             raise ConfigError(f"log.video renders VMAS envs only (log.video=true); env.kind is {self.env.kind!r}")
         if self.reward_table is not None:

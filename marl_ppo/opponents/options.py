@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from marl_ppo.options import ConfigError, at_least
@@ -97,19 +97,45 @@ class PoolConfig:
         payoff_episodes: at the end of a run with a symmetric pool (``pool:GROUP``), every pair of its
             snapshots, the latest policy and ``log.eval_opponents`` plays this many episodes in each
             seating: ``plots/payoff.png``, ``payoff.json`` and Elo ratings (0: not played).
+        fixed: sources that stay in the pool beside the snapshots (``random``, ``module:callable``,
+            ``checkpoint:RUN_DIR[:GROUP]``): players a policy trained only against itself never meets.
+        fixed_share: the share of episodes against one of ``fixed``, drawn uniformly among them.
     """
 
     every: int = 5
     size: int = 10
     latest_share: float = 0.5
     payoff_episodes: int = 0
+    fixed: list[str] = field(default_factory=list)
+    fixed_share: float = 0.0
 
     def __post_init__(self) -> None:
         at_least("pool.every", self.every, 1)
         at_least("pool.size", self.size, 1)
         at_least("pool.payoff_episodes", self.payoff_episodes, 0, " (0: no payoff matrix)")
-        if not 0.0 <= self.latest_share <= 1.0:
-            raise ConfigError(f"pool.latest_share must be in [0, 1], got {self.latest_share!r}")
+        for key in ("latest_share", "fixed_share"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"pool.{key} must be in [0, 1], got {getattr(self, key)!r}")
+        if self.latest_share + self.fixed_share > 1.0:
+            raise ConfigError(
+                f"pool.latest_share + pool.fixed_share must be at most 1 (the rest are snapshots), got "
+                f"{self.latest_share!r} + {self.fixed_share!r}"
+            )
+        for i, text in enumerate(self.fixed):
+            if parse_source(f"pool.fixed[{i}]", text).learns:
+                raise ConfigError(
+                    f"pool.fixed[{i}]: {text!r} is not a fixed player; pool.fixed takes random, "
+                    "module:callable or checkpoint:RUN_DIR[:GROUP]"
+                )
+        if bool(self.fixed) != (self.fixed_share > 0):
+            raise ConfigError(
+                "pool.fixed and pool.fixed_share go together: "
+                + (
+                    f"pool.fixed={self.fixed} would never be drawn with pool.fixed_share=0"
+                    if self.fixed
+                    else f"pool.fixed_share={self.fixed_share} needs players in pool.fixed"
+                )
+            )
 
 
 def source_label(text: str) -> str:

@@ -41,7 +41,7 @@ from marl_ppo.groups.specs import GroupSpec
 __all__ = ["SnapshotNet", "PoolPlayer", "TRAIN_MASK", "OPPONENT"]
 
 TRAIN_MASK = "train_mask"  # (group, TRAIN_MASK): the pool seat's loss mask
-OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k
+OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k, -2 - j fixed player j
 
 
 class SnapshotNet(nn.Module):
@@ -115,11 +115,15 @@ class PoolPlayer(TensorDictModuleBase):
         size: int,
         every: int,
         env_mask=None,
+        fixed: list[nn.Module] = (),
+        fixed_share: float = 0.0,
     ) -> None:
         super().__init__()
         self.spec, self.live, self.frozen, self.snapshots = spec, live, frozen, snapshots
         self.source, self.latest_share, self.size, self.every = source, latest_share, size, every
-        self.in_keys = [*live.in_keys, "is_init", *([env_mask] if env_mask is not None else [])]
+        self.fixed, self.fixed_share = nn.ModuleList(fixed), fixed_share  # players beside the snapshots
+        fixed_keys = [k for player in self.fixed for k in player.in_keys]
+        self.in_keys = [*live.in_keys, *fixed_keys, "is_init", *([env_mask] if env_mask is not None else [])]
         self.out_keys = [*live.out_keys, (spec.name, TRAIN_MASK), (spec.name, OPPONENT)]
         self.assignment = torch.zeros(0, dtype=torch.long)
         self.env_mask = env_mask  # the env's own mask of the seat (a turn-based game's turns), if it has one
@@ -133,9 +137,14 @@ class PoolPlayer(TensorDictModuleBase):
             self.snapshot(iteration)
 
     def _draw(self, copies: int, device: torch.device) -> torch.Tensor:
-        latest = torch.rand(copies) < self.latest_share
+        share = torch.rand(copies)
         slot = torch.randint(0, max(len(self.snapshots), 1), (copies,))
-        return torch.where(latest | (len(self.snapshots) == 0), -1, slot).to(device)
+        drawn = torch.where((share < self.latest_share) | (len(self.snapshots) == 0), -1, slot)
+        if len(self.fixed):  # the next fixed_share of the unit interval: fixed player j, coded -2 - j
+            player = -2 - torch.randint(0, len(self.fixed), (copies,))
+            fixed = (share >= self.latest_share) & (share < self.latest_share + self.fixed_share)
+            drawn = torch.where(fixed, player, drawn)
+        return drawn.to(device)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         g, copies = self.spec.name, td.batch_size.numel()
@@ -156,6 +165,13 @@ class PoolPlayer(TensorDictModuleBase):
                 ours = td.get(key)
                 pick = snapshot.reshape(*td.batch_size, *([1] * (ours.ndim - td.batch_dims)))
                 td.set(key, torch.where(pick, other.get(key), ours))
+        for j, player in enumerate(self.fixed):  # log-probs stay the live policy's: those steps train nothing
+            mine = assignment == -2 - j
+            if bool(mine.any()):
+                other = player(td.select(*player.in_keys, strict=False).copy())
+                ours = td.get(self.spec.keys.action)
+                pick = mine.reshape(*td.batch_size, *([1] * (ours.ndim - td.batch_dims)))
+                td.set(self.spec.keys.action, torch.where(pick, other.get(self.spec.keys.action), ours))
         n = self.spec.n_agents
         per_agent = (*td.batch_size, n)
         env_mask = (
@@ -163,6 +179,7 @@ class PoolPlayer(TensorDictModuleBase):
             if self.env_mask is not None
             else torch.ones(per_agent, dtype=torch.bool, device=td.device)
         )
-        td.set((g, TRAIN_MASK), env_mask & ~snapshot.reshape(*td.batch_size, 1).expand(per_agent))
+        latest = (assignment == -1).reshape(*td.batch_size, 1).expand(per_agent)
+        td.set((g, TRAIN_MASK), env_mask & latest)
         td.set((g, OPPONENT), assignment.reshape(*td.batch_size, 1).expand(per_agent).clone())
         return td

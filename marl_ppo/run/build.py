@@ -146,7 +146,12 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
     )
     opponents = {g: build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn) for g in frozen}
-    pools = {g: pool_player(cfg, trained[g], router, env_mask=groups[g].keys.mask) for g in pooled}
+    pools = {
+        g: pool_player(
+            cfg, trained[g], router, groups[g].keys.mask, functools.partial(build_opponent, cfg, env_fn=env_fn)
+        )
+        for g in pooled
+    }
     parts = Parts(env, groups, bound, router, step, opponents, pools)
     # recurrent models: is_init and their stored states; a pool's draws: is_init
     prime_env(env, state_spec(parts.policy))
@@ -237,6 +242,8 @@ def load_policy(
         raise CheckpointError(f"{err}{hint}") from None
     parts = build(cfg, env_fn=env_fn)
     parts.router.load_state_dict(state["router"])
+    for g, pool in parts.pools.items():  # the snapshots as they stood (eval --opponent pool plays them)
+        pool.snapshots.load(state["pools"][g])
     return cfg, parts
 
 

@@ -56,6 +56,15 @@ class EvalResult:
     steps: int = 0
     partial_returns: dict[str, float] = field(default_factory=dict)
 
+    @classmethod
+    def merged(cls, results: Sequence[EvalResult]) -> EvalResult:
+        """Several evaluations' episodes as one (a pool's snapshots, each some of the episodes)."""
+        done = [r for r in results if r.episodes]
+        per_episode = {g: [x for r in done for x in r.per_episode[g]] for g in (done[0].per_episode if done else {})}
+        returns = {g: sum(xs) / len(xs) for g, xs in per_episode.items()}
+        steps = sum(r.steps for r in results)
+        return cls(returns, sum(r.episodes for r in done), per_episode, steps)
+
     def no_episode_message(self) -> str:
         """One line for an evaluation that finished no episode."""
         return (
@@ -156,9 +165,12 @@ class Evaluator:
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
 
-    def __call__(self, callback: Callable | None = None, policy=None, deterministic: bool = True) -> EvalResult:
+    def __call__(
+        self, callback: Callable | None = None, policy=None, deterministic: bool = True, episodes: int | None = None
+    ) -> EvalResult:
         """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same
-        envs; ``deterministic=False`` samples the actions (a payoff matrix's games)."""
+        envs; ``deterministic=False`` samples the actions (a payoff matrix's games); ``episodes``: that many
+        instead of the evaluator's own (a pool's share of them per snapshot)."""
         cfg = self.cfg
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if self.env is None:
@@ -173,7 +185,7 @@ class Evaluator:
                 self.env,
                 self.max_steps,
                 self.groups,
-                episodes=self.episodes,
+                episodes=self.episodes if episodes is None else episodes,
                 callback=callback,
                 deterministic=deterministic,
             )

@@ -23,6 +23,7 @@ from marl_ppo.opponents import Outcomes, count_outcomes, parse_source, source_la
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import Parts, build_opponent
 from marl_ppo.run.evaluation import EvalResult, Evaluator
+from marl_ppo.run.payoff import snapshot_actor
 
 __all__ = ["Matches", "seats"]
 
@@ -67,13 +68,50 @@ class Matches:
 
     def play(self, text: str, seat: str) -> tuple[EvalResult, Outcomes | None]:
         """One source against the trained policy in ``seat``: the evaluation and the seat's outcomes."""
-        others = [self._player(text, g).to(self.cfg.train.device) for g in self.parts.groups if g != seat]
-        result = self.evaluator(policy=TensorDictSequential(self.seats[seat], *others))
+        if self.sources[text].kind == "pool":
+            result = self._play_pool(text, seat)
+        else:
+            others = [self._player(text, g).to(self.cfg.train.device) for g in self.parts.groups if g != seat]
+            result = self.evaluator(policy=TensorDictSequential(self.seats[seat], *others))
         return result, (count_outcomes(result.per_episode, seat) if result.episodes else None)
 
+    def _pool(self, text: str):
+        """The run's pool that ``pool`` (or ``pool:GROUP``: the pool of GROUP's networks) names."""
+        group = self.sources[text].group
+        found = {}  # the group whose networks a pool snapshots: pool:GROUP's GROUP, or a pool seat's own
+        for seat, pool in self.parts.pools.items():
+            found.setdefault(pool.source.partition(":")[2] or seat, pool)
+        if group is not None and group in found:
+            return found[group]
+        if group is None and len(found) == 1:
+            return next(iter(found.values()))
+        have = ", ".join(f"pool:{g}" for g in found) or "none: its config has no pool seat"
+        raise ConfigError(f"opponent {text!r}: the run's pools are {have}")
+
+    def pool_seats(self, text: str) -> list[str]:
+        """The seats in which every other group can be played by the pool's snapshots."""
+        pool = self._pool(text)
+        groups = self.parts.groups
+        return [s for s in self.seats if all(seat_difference(groups[g], pool.spec) is None for g in groups if g != s)]
+
+    def _play_pool(self, text: str, seat: str) -> EvalResult:
+        """Against the run's snapshots: the episodes shared out between them, every other group one snapshot."""
+        pool = self._pool(text)
+        count, episodes = len(pool.snapshots), self.evaluator.episodes
+        results = []
+        for k in range(min(count, episodes)):
+            others = [snapshot_actor(spec, pool, k) for g, spec in self.parts.groups.items() if g != seat]
+            policy = TensorDictSequential(self.seats[seat], *others).to(self.cfg.train.device)
+            results.append(self.evaluator(policy=policy, episodes=episodes // count + (k < episodes % count)))
+        return EvalResult.merged(results)
+
     def __call__(self) -> dict[tuple[str, str], tuple[EvalResult, Outcomes | None]]:
-        """Every source in every seat."""
-        return {(text, seat): self.play(text, seat) for text in self.sources for seat in self.seats}
+        """Every source in every seat (a pool: every seat whose other groups its snapshots can play)."""
+        return {
+            (text, seat): self.play(text, seat)
+            for text, source in self.sources.items()
+            for seat in (self.pool_seats(text) if source.kind == "pool" else self.seats)
+        }
 
     def ladder(self, run_dir) -> dict[str, float]:
         """A symmetric pool's payoff matrix and Elo ratings at the end of a run (``pool.payoff_episodes``):

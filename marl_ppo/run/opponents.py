@@ -43,12 +43,17 @@ def pool_seat(spec: GroupSpec, cfg: Config) -> GroupSpec:
     return dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=(spec.name, TRAIN_MASK)))
 
 
-def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask) -> PoolPlayer:
-    """The pool seat's player: its live actor (the shared networks) or a snapshot, with the first snapshot taken."""
+def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, make_fixed: Callable) -> PoolPlayer:
+    """The pool seat's player: its live actor (the shared networks), a snapshot (the first one taken) or
+    one of ``pool.fixed``, built by ``make_fixed(key, source, spec)`` (:func:`make_player`, bound)."""
     live = router.losses[spec.name].actor_network
     snapshots = SnapshotNet(group_network(live))
     frozen = build_actor(spec, net=snapshots)
     pool = cfg.pool
+    seat = dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=env_mask))  # the env's own keys
+    fixed = [
+        make_fixed(f"pool.fixed[{i}]", parse_source(f"pool.fixed[{i}]", s), seat) for i, s in enumerate(pool.fixed)
+    ]
     player = PoolPlayer(
         spec,
         live,
@@ -59,6 +64,8 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask) -> 
         size=pool.size,
         every=pool.every,
         env_mask=env_mask,
+        fixed=fixed,
+        fixed_share=pool.fixed_share,
     )
     player.snapshot(0)
     return player

@@ -30,7 +30,7 @@ from marl_ppo.opponents.ratings import fit_elo
 from marl_ppo.run.build import Parts, build_opponent
 from marl_ppo.run.evaluation import Evaluator
 
-__all__ = ["Payoff", "play_payoff", "symmetric_pool"]
+__all__ = ["Payoff", "play_payoff", "symmetric_pool", "snapshot_actor"]
 
 
 @dataclass
@@ -65,7 +65,8 @@ def symmetric_pool(parts: Parts) -> tuple[str, str] | None:
     return None
 
 
-def _snapshot_actor(spec, pool, k: int):
+def snapshot_actor(spec, pool, k: int):
+    """Snapshot ``k`` of ``pool`` as a frozen actor on the keys of ``spec``."""
     net = copy.deepcopy(pool.snapshots.template).requires_grad_(False)
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -83,7 +84,7 @@ def play_payoff(cfg: Config, parts: Parts, evaluator: Evaluator, *, episodes: in
     live = parts.router.losses[group].actor_network
     players: dict[str, dict[str, object]] = {}
     for k, it in enumerate(pool.snapshots.taken_at):
-        players[f"iter_{it}"] = {g: _snapshot_actor(specs[g], pool, k) for g in pair}
+        players[f"iter_{it}"] = {g: snapshot_actor(specs[g], pool, k) for g in pair}
     players["latest"] = {g: seat_actor(specs[g], live) for g in pair}
     for text in fixed:
         source = parse_source(f"opponent {text!r}", text)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from marl_ppo.opponents.pool import SnapshotNet
-from marl_ppo.run.build import build
+from marl_ppo.options import ConfigError
+from marl_ppo.run.build import build, load_policy
 from marl_ppo.run.checkpoints import load_checkpoint
 from marl_ppo.run.trainer import Trainer
 from tests.opponents.test_opponents import ttt
@@ -72,6 +73,24 @@ def test_a_snapshot_plays_its_own_policy():
     live.env.close()
 
 
+def test_fixed_players_are_drawn_beside_the_snapshots_and_play_their_own_moves():
+    """pool.fixed: a scripted first-legal player in 40 % of the episodes, its moves its own, none of them trained."""
+    overrides = ["opponents.player_2=pool:player_1", "pool.latest_share=0.3", "pool.fixed_share=0.4"]
+    parts = build(ttt("env.num_envs=8", *overrides, "pool.fixed=[tests.opponents.players:first_legal]"))
+    td = _rollout(parts, 300)
+    drawn, starts = td["player_2", "opponent"][..., 0], td["is_init"][..., 0]
+    per_episode = drawn[starts]
+    assert set(per_episode.tolist()) == {-2, -1, 0} and len(per_episode) > 200
+    assert 0.3 < (per_episode == -2).float().mean() < 0.5  # fixed_share 0.4
+    moves = td["player_2", "mask"][..., 0]
+    first_legal = td["player_2", "action_mask"][..., 0, :].float().argmax(-1)
+    scripted = moves & (drawn == -2)
+    assert scripted.sum() > 50 and torch.equal(td["player_2", "action"][..., 0][scripted], first_legal[scripted])
+    assert (td["player_2", "action"][..., 0][moves & (drawn == -1)] != first_legal[moves & (drawn == -1)]).any()
+    assert torch.equal(td["player_2", "train_mask"], td["player_2", "mask"] & (td["player_2", "opponent"] == -1))
+    parts.env.close()
+
+
 def test_the_snapshots_run_in_one_call_equal_to_each_snapshot_alone():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
@@ -105,6 +124,13 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
         (["opponents.player_2=pool:player_1", "pool.size=0"], ["pool.size", ">= 1", "0"]),
         (["opponents.player_2=pool:player_1", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
         (["opponents.player_2=pool:player_9"], ["opponents.player_2", "pool:player_9"]),
+        (
+            ["opponents.player_2=pool:player_1", "pool.fixed=[self]", "pool.fixed_share=0.2"],
+            ["pool.fixed[0]", "'self'"],
+        ),
+        (["opponents.player_2=pool:player_1", "pool.fixed=[random]"], ["pool.fixed", "pool.fixed_share=0"]),
+        (["opponents.player_2=pool:player_1", "pool.fixed_share=0.6"], ["pool.latest_share + pool.fixed_share", "1"]),
+        (["opponents.player_2=pool:player_1", "pool.fixed=[nowhere:act]", "pool.fixed_share=0.2"], ["pool.fixed[0]"]),
     ],
 )
 def test_a_bad_pool_is_refused_in_one_line(tmp_path, capsys, overrides, words):
@@ -179,3 +205,59 @@ def test_the_shipped_competitive_configs_train_against_a_pool(name, seat, pooled
     parts.env.close()
     if cfg.env.kind == "pettingzoo":
         assert cfg.log.eval_opponents == ["random"]
+
+
+def _first_legal(net: torch.nn.Module) -> None:
+    """The network's last layer made to prefer square 0, then 1, ...: deterministically the first legal square."""
+    last = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(-100.0 * torch.arange(last.bias.numel()))
+
+
+def test_eval_against_the_pool_shares_the_episodes_between_its_snapshots(monkeypatch):
+    """First-legal against first-legal snapshots: the first mover wins every game (tic-tac-toe's own rewards),
+    exactly 7 episodes per seat, shared 3 / 2 / 2 between three snapshots; 'pool' of a run without one is refused."""
+    from marl_ppo.models.modules import group_network
+    from marl_ppo.run.evaluation import Evaluator
+    from marl_ppo.run.matches import Matches
+
+    parts = build(ttt("opponents.player_2=pool:player_1"))
+    pool = parts.pools["player_2"]
+    _first_legal(pool.snapshots.template)
+    pool.snapshot(1)
+    pool.snapshot(2)
+    _first_legal(group_network(parts.router.losses["player_1"].actor_network))
+    cfg = ttt("opponents.player_2=pool:player_1")
+    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=7)
+    played = Matches(cfg, parts, ["pool"], evaluator)()
+    assert sorted(played) == [("pool", "player_1"), ("pool", "player_2")]
+    first, second = played["pool", "player_1"][1], played["pool", "player_2"][1]
+    assert (first.episodes, first.wins, second.episodes, second.losses) == (7, 7, 7, 7)
+    calls, original = [], Evaluator.__call__
+    monkeypatch.setattr(Evaluator, "__call__", lambda self, **kw: calls.append(kw["episodes"]) or original(self, **kw))
+    Matches(cfg, parts, ["pool"], evaluator, seat="player_2")()
+    assert calls == [3, 2, 2]
+    evaluator.close()
+    plain = build(ttt())
+    with pytest.raises(ConfigError, match=r"opponent 'pool': the run's pools are none"):
+        Matches(ttt(), plain, ["pool"], Evaluator(ttt(), plain.policy, list(plain.groups), episodes=2))()
+    parts.env.close()
+    plain.env.close()
+
+
+def test_eval_pool_on_the_command_line_plays_the_runs_restored_snapshots(tmp_path, capsys):
+    import json
+
+    from marl_ppo.cli import main
+
+    cfg = ttt("opponents.player_2=pool:player_1", "pool.every=1", "log.eval_opponents=[pool]")
+    summary = Trainer(cfg, run_dir=tmp_path / "run").fit()
+    assert summary["eval/vs_pool/player_1/episodes"] == 2  # logged during training too
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--opponent", "pool", "--episodes", "5"]) == 0
+    matches = json.loads(capsys.readouterr().out)["matches"]
+    assert [(m["seat"], m["episodes"]) for m in matches] == [("player_1", 5), ("player_2", 5)]
+    _, parts = load_policy(tmp_path / "run")
+    assert parts.pools["player_2"].snapshots.taken_at == [0, 1, 2]  # restored from last.pt, not the start's only
+    parts.env.close()

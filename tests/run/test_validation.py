@@ -131,6 +131,16 @@ BAD += [  # opponents: a group that does not exist, a source that cannot be buil
     ([*TTT, "opponents.player_2=self:player_3"], ["opponents.player_2", "self:player_3", "['player_1']"]),
     ([*TTT, "opponents.player_1=random", "opponents.player_2=random"], ["no group is left to train"]),
     (["log.eval_opponents=[self]"], ["log.eval_opponents[0]", "'self' is how a group trains"]),
+    (["log.eval_opponents=[pool]"], ["log.eval_opponents[0]", "'pool'", "no pool seat"]),
+    (
+        [*TTT, "opponents.player_2=pool:player_1", "pool.fixed=[pool]", "pool.fixed_share=0.2"],
+        ["pool.fixed[0]", "'pool' is not a fixed player", "random, module:callable or checkpoint"],
+    ),
+    (
+        [*TTT, "opponents.player_2=pool:player_1", "pool.fixed=[no_such_module_xyz:act]", "pool.fixed_share=0.2"],
+        ["pool.fixed[0]", "cannot import module"],
+    ),
+    ([*TTT, "pool.fixed_share=0.3"], ["pool.fixed_share=0.3 needs players in pool.fixed"]),
     (
         [*TTT, "opponents.player_2=pool:player_1", "train.collector.backend=process"],
         ["opponents.player_2", "train.collector.backend=process", "backend=direct"],
