@@ -50,6 +50,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         )
         for o in _PPO
     ),
+    *(
+        PrivateName(
+            o, "_reduce_loss", "override", "core/losses.py", ("loss", "tensordict", "mask", "reduction", "weights")
+        )
+        for o in _PPO
+    ),
     PrivateName("torchrl.objectives.ClipPPOLoss", "_clip_bounds", "read", "core/bundles.py"),
     PrivateName("torchrl.objectives.common.LossModule", "_apply", "call", "core/router.py", ("fn",)),
     PrivateName("torch.nn.Module", "_apply", "override", "core/router.py", ("fn", "recurse")),

@@ -35,7 +35,7 @@ def total_loss(losses: TensorDictBase, weights: Mapping[str, float] | None = Non
         terms = [v for k, v in group_losses.items() if k.startswith("loss_")]
         if not terms:
             raise ValueError(f"group {group!r} has no loss_* term; it has {sorted(group_losses.keys())}")
-        group_total = torch.stack(terms).sum() if len(terms) > 1 else terms[0]
+        group_total = torch.stack(terms).sum(0) if len(terms) > 1 else terms[0]  # [S] per seed under many seeds
         w = weights.get(group, 1.0)
         group_total = group_total * w if w != 1.0 else group_total
         total = group_total if total is None else total + group_total

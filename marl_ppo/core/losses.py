@@ -12,6 +12,9 @@ signature we override, so that an upgrade fails loudly there instead of silently
 * ``_get_cur_log_prob(tensordict, params)`` -- records each head's new log-prob (per-head
   diagnostics);
 * ``_weighted_loss_entropy(entropy)`` -- per-head, schedulable entropy coefficients;
+* ``_reduce_loss(loss, tensordict)`` -- a reduced loss as ``[1]``, which torchrl squeezes back to a
+  scalar: the same outside ``torch.vmap``, and under it (many seeds in one process,
+  :mod:`marl_ppo.core.seeds`) torchrl's ``squeeze(-1)`` of a 0-dim tensor would fail;
 * ``_critic_loss_inputs(target_return, state_value, old_state_value)`` -- value
   normalisation: the critic loss compares normalised targets and predictions with the
   statistics of the group's :class:`~torchrl.modules.ValueNorm`, which the router updates once
@@ -156,6 +159,10 @@ class _PerHeadLoss:
             return super()._critic_loss_inputs(target_return, state_value, old_state_value)
         old = None if old_state_value is None else norm.normalize(old_state_value)
         return norm.normalize(target_return), norm.normalize(state_value), old
+
+    def _reduce_loss(self, loss, tensordict=None, **kwargs):
+        out = super()._reduce_loss(loss, tensordict, **kwargs)
+        return out.unsqueeze(-1) if out.ndim == 0 else out  # torchrl squeezes it back (also under vmap)
 
     def _weighted_loss_entropy(self, entropy):
         if not is_tensor_collection(entropy):

@@ -16,7 +16,7 @@ from torchrl.modules import set_recurrent_mode
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
 
-__all__ = ["ppo_update", "TrainingError", "StopRequested"]
+__all__ = ["ppo_update", "update_keys", "TrainingError", "StopRequested"]
 
 
 class TrainingError(RuntimeError):
@@ -27,7 +27,7 @@ class StopRequested(Exception):
     """Raised inside the update when a stop signal has arrived (caught by :meth:`~marl_ppo.run.trainer.Trainer.fit`)."""
 
 
-def _update_keys(router: GroupRouter) -> list:
+def update_keys(router: GroupRouter) -> list:
     """The entries the losses read: selecting them first keeps minibatch indexing cheap."""
     keys: set = set()
     for g, loss in router.losses.items():
@@ -86,7 +86,7 @@ def ppo_update(
     ``generator`` draws the minibatch order (the training state's own, see
     :class:`~marl_ppo.core.state.TrainState`); ``None`` draws it from the global torch RNG.
     """
-    selected = batch.select(*_update_keys(router))
+    selected = batch.select(*update_keys(router))
     recurrent = bool(router.recurrent_keys)
     if recurrent:
         if seq_len is None:

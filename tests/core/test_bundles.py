@@ -27,7 +27,7 @@ from marl_ppo import RewardTable
 from marl_ppo.config import EnvConfig
 from marl_ppo.core.aggregate import total_loss
 from marl_ppo.core.router import GroupRouter
-from marl_ppo.core.update import _update_keys
+from marl_ppo.core.update import update_keys
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
 from marl_ppo.models import SharedAgentMLP, group_network
@@ -109,7 +109,7 @@ def assert_same_update(
 ) -> None:
     assert bundled.bundles == expect_bundle and plain.bundles == []
     plain.compute_advantages(batch)
-    flat = batch.select(*_update_keys(plain)).reshape(-1)
+    flat = batch.select(*update_keys(plain)).reshape(-1)
     move_policies(plain, bundled)
     out_plain, out_bundled = plain(flat), bundled(flat)
     assert sorted(out_plain.keys()) == sorted(out_bundled.keys()) == sorted(plain.groups)

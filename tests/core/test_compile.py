@@ -15,7 +15,7 @@ from torch.testing import assert_close
 
 from marl_ppo.config import load_config
 from marl_ppo.core.aggregate import total_loss
-from marl_ppo.core.update import _update_keys, ppo_update
+from marl_ppo.core.update import ppo_update, update_keys
 from marl_ppo.models.activations import Tanh, aten_tanh
 from marl_ppo.run.build import build
 
@@ -52,7 +52,7 @@ def test_compiled_losses_and_gradients_match_eager():
     with torch.compiler.set_stance("fail_on_recompile"):
         ppo_update(compiled.router, compiled.step, batch.clone(), num_epochs=1, minibatch_size=20)
     eager.router.load_state_dict(compiled.router.state_dict())
-    minibatch = batch.select(*_update_keys(eager.router)).reshape(-1)[:40]
+    minibatch = batch.select(*update_keys(eager.router)).reshape(-1)[:40]
     out = {}
     for name, parts in (("eager", eager), ("compiled", compiled)):
         parts.step.optimizer.zero_grad(set_to_none=True)
