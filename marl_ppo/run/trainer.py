@@ -92,7 +92,7 @@ class Trainer:
         self._resume = resume_point(self.run_dir, cfg, self.state) if resume else None
         if self._resume is not None and self._resume.rng is not None:
             self._saved_iteration = self.state.iteration
-            self._schedule_entropy()  # the coefficients of this iteration, from the config in force
+            schedule_entropy(cfg, self.parts.router, self.iteration)  # this iteration's, from the config in force
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self._resume is None or not self._resume.finished:  # a finished run resumed keeps its record
             (self.run_dir / "config.yaml").write_text(self._config_yaml)
@@ -129,7 +129,7 @@ class Trainer:
         cfg, parts = self.cfg, self.parts
         remaining = cfg.train.total_frames - self.frames
         if (remaining <= 0 or self._stop_requested) and not (self.run_dir / "summary.json").exists():
-            return self._finish()  # ended (or stopped) after its last checkpoint, before its summary: completed
+            return self.finish()  # ended (or stopped) after its last checkpoint, before its summary: completed
         if remaining <= 0 or self._stop_requested:  # finished, or stopped before fit with its record: kept
             self.close()
             return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
@@ -153,8 +153,8 @@ class Trainer:
                     collector.update_policy_weights_()
                     if stop.requested:
                         raise StopRequested
-                    if self._checkpoint_due() and self.frames < cfg.train.total_frames:
-                        self._write(self._snapshot)
+                    if self.checkpoint_due() and self.frames < cfg.train.total_frames:
+                        self.save()
                         self._restart_episodes(collector, self._snapshot["rng"])
                     if self._stop_requested:  # after this iteration's checkpoint (whose callbacks may ask it)
                         break
@@ -172,7 +172,7 @@ class Trainer:
             progress.close()
             collector.shutdown()
         try:
-            return self._finish()
+            return self.finish()
         except BaseException as err:
             self.logger.error(err)
             self.close()
@@ -195,10 +195,15 @@ class Trainer:
             seq_len=cfg.model.seq_len,
             generator=state.generator,
         )
+        self.record(batch, stats, t_collect=t_collect, t_update=time.perf_counter() - t1, progress=progress)
+
+    def record(
+        self, batch: TensorDictBase, stats: TensorDictBase, *, t_collect: float, t_update: float, progress
+    ) -> None:
+        """What follows an update (also a seed's of many in one process): schedules, counters, metrics, evaluation."""
+        cfg, parts, state = self.cfg, self.parts, self.state
         lr = state.scheduler.get_last_lr()[0]  # the rate this update used
         state.scheduler.step()
-        self._schedule_entropy()
-        t_update = time.perf_counter() - t1
         state.iteration += 1
         state.frames += batch.numel()
         parts.after_update(state.iteration)  # a pool's snapshot of this iteration
@@ -214,6 +219,7 @@ class Trainer:
             groups=parts.groups,
         )
         metrics["train/lr"] = lr
+        schedule_entropy(cfg, parts.router, state.iteration)  # the next update's, as a resume at this point sets it
         if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
             metrics.update(self._evaluate())
         self.logger.log(metrics, state.frames)
@@ -221,12 +227,6 @@ class Trainer:
         progress.update(batch.numel(), {g: state.last_returns.get(g) for g in parts.groups})
         # kept in memory: a signal during the next iteration checkpoints this one (a few MB, ~ms)
         self._snapshot = copy.deepcopy(self._checkpoint())
-
-    def _schedule_entropy(self) -> None:
-        loss = self.cfg.loss
-        if loss.entropy_schedule == "linear":
-            progress = min(self.iteration / self.cfg.train.iterations, 1.0)
-            self.parts.router.set_entropy_scale(1.0 - (1.0 - loss.entropy_final_scale) * progress)
 
     def _evaluate(self) -> dict[str, float]:
         """The run's evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`), logged as ``eval/...``."""
@@ -251,10 +251,10 @@ class Trainer:
         :meth:`fit`, on a resumed run without a summary: :meth:`fit` completes its record, untrained."""
         self._stop_requested = True
 
-    def _finish(self) -> dict[str, Any]:
+    def finish(self) -> dict[str, Any]:
         """The final checkpoint, evaluation, plots and summary."""
         if self._saved_iteration != self.iteration:
-            self._write(self._snapshot)
+            self.save()
         # the last iteration's evaluation unless it has just been done, and a pool's payoff matrix and ratings
         fresh = {} if self._last_eval_iteration == self.iteration else dict(self._evaluate())
         fresh.update(self.matches.ladder(self.run_dir))
@@ -278,7 +278,7 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------
 
-    def _checkpoint_due(self) -> bool:
+    def checkpoint_due(self) -> bool:
         every = self.cfg.log.checkpoint_every
         return bool(every) and self.iteration % every == 0
 
@@ -288,13 +288,14 @@ class Trainer:
             "format": CHECKPOINT_FORMAT,
             **self.state.state_dict(),
             # whether the uninterrupted run restarts its episodes right after this checkpoint
-            "episode_boundary": self._checkpoint_due(),
+            "episode_boundary": self.checkpoint_due(),
             "rng": rng_state(),
             "config": self._config_yaml,
         }
 
-    def _write(self, checkpoint: dict[str, Any]) -> None:
-        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically; a failed write names the file."""
+    def save(self, checkpoint: dict[str, Any] | None = None) -> None:
+        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically (default: the last completed iteration's)."""
+        checkpoint = self._snapshot if checkpoint is None else checkpoint
         path = self.ckpt_dir / f"iter_{checkpoint['iteration']:05d}.pt"
         write_checkpoint(checkpoint, [path, self.ckpt_dir / "last.pt"])
         self._saved_iteration = checkpoint["iteration"]
@@ -314,7 +315,7 @@ class Trainer:
         """Checkpoints the last completed iteration (rolling back a half-done update) after a signal."""
         if self._snapshot is not None:
             if self._saved_iteration != self._snapshot["iteration"]:
-                self._write(self._snapshot)
+                self.save()
             self.state.load_state_dict(self._snapshot)  # the trainer in memory matches its checkpoint
             where = f"at iteration {self.iteration}: checkpoint {self.ckpt_dir / 'last.pt'}"
         elif self.iteration:
@@ -324,3 +325,10 @@ class Trainer:
         return RunInterrupted(
             signal_name, f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {self.run_dir}"
         )
+
+
+def schedule_entropy(cfg: Config, router, iteration: int) -> None:
+    """``loss.entropy_schedule=linear``: every head's entropy coefficient at ``iteration``."""
+    if cfg.loss.entropy_schedule == "linear":
+        progress = min(iteration / cfg.train.iterations, 1.0)
+        router.set_entropy_scale(1.0 - (1.0 - cfg.loss.entropy_final_scale) * progress)

@@ -511,3 +511,9 @@ def test_any_damaged_bytes_are_a_checkpoint_error(tmp_path):
         path.write_bytes(bytes(gen.getrandbits(8) for _ in range(size)))
         with pytest.raises(CheckpointError, match=str(path)):
             load_checkpoint(path)
+
+
+def test_a_linear_entropy_schedule_resumes_exactly(tmp_path, monkeypatch):
+    """The entropy coefficients of the iteration after a checkpoint are the uninterrupted run's."""
+    cfg = load_config(overrides=[*TINY, "loss.entropy_coeff=0.1", "loss.entropy_schedule=linear"])
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB)
