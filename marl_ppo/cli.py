@@ -53,6 +53,8 @@ def _train(args: argparse.Namespace) -> int:
         trainer = Trainer(cfg, run_dir=run_dir, resume=True)
     else:
         cfg = load_config(config, overrides)
+        if cfg.train.seeds:
+            return _train_seeds(cfg)
         from marl_ppo.run.trainer import Trainer
 
         trainer = Trainer(cfg)
@@ -60,6 +62,19 @@ def _train(args: argparse.Namespace) -> int:
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _train_seeds(cfg) -> int:
+    """``train.seeds=[...]``: the seeds trained in one process, one run directory each."""
+    from marl_ppo.run.seeds import SeedsTrainer, check_seeds
+
+    check_seeds(cfg)  # before torch builds anything
+    group = SeedsTrainer(cfg)
+    for run_dir in group.run_dirs:
+        print(f"run directory: {run_dir}")
+    summaries = group.fit()
+    print(json.dumps(summaries, indent=2))
     return 0
 
 

@@ -127,6 +127,8 @@ class TrainConfig:
         lr_schedule: ``constant`` or ``linear`` (decay to 0 over ``total_frames``).
         max_grad_norm: global gradient-norm clip.
         seed: seeds torch, numpy, python and the envs; 0 to 2**31 - 1.
+        seeds: several seeds trained in one process on one env batch, parameters stacked, one run
+            directory per seed (``docs/seeds.md``); empty: the one run of ``seed``.
         device: where the networks and the update run.
         num_threads: torch intra-op threads (0: torch's default, one per core). On a busy machine
             1 avoids threads spin-waiting on each other.
@@ -144,6 +146,7 @@ class TrainConfig:
     lr_schedule: str = "constant"
     max_grad_norm: float = 1.0
     seed: int = 0
+    seeds: list[int] = field(default_factory=list)
     device: str = "cpu"
     num_threads: int = 0
     compile: bool = False
@@ -162,8 +165,12 @@ class TrainConfig:
             )
         positive("train.lr", self.lr)
         positive("train.max_grad_norm", self.max_grad_norm)
-        if not 0 <= self.seed < 2**31:  # numpy takes < 2**32; the evaluation's seed is train.seed + 10000
-            raise ConfigError(f"train.seed must be in [0, 2**31 - 1] (0 to {2**31 - 1}), got {self.seed}")
+        named = [("train.seed", self.seed)] + [(f"train.seeds[{i}]", s) for i, s in enumerate(self.seeds)]
+        for key, seed in named:  # numpy takes < 2**32; the evaluation's seed is train.seed + 10000
+            if not 0 <= seed < 2**31:
+                raise ConfigError(f"{key} must be in [0, 2**31 - 1] (0 to {2**31 - 1}), got {seed}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"train.seeds must be different seeds, got {self.seeds}")
 
     @property
     def iterations(self) -> int:

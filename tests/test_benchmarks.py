@@ -278,3 +278,19 @@ def test_opponents_quick_trains_and_plays_each_seat_against_random(tmp_path):
     for row in rows:
         win, draw, loss = (float(c) for c in row.split("|")[3:6])
         assert abs(win + draw + loss - 1.0) < 1e-6
+
+
+def test_seeds_quick_times_one_process_against_separate_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "benchmarks" / "seeds.py"), "--quick", "--returns"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "S |" not in line]
+    assert [int(r[0]) for r in rows] == [1, 2]
+    for row in rows:
+        assert all(float(c) > 0 for c in row[1:])  # times, frames/s, ratios, RSS: all measured
+    assert "S=2: one process" in out.stdout and "Welch t" in out.stdout

@@ -89,6 +89,12 @@ class SeedStack:
             self.params.set(key, stacked[ident])
         self.params.batch_size = [self.seeds]
         self.trainable = [t for t in stacked.values() if isinstance(t, nn.Parameter) and t.requires_grad]
+        self._stacked = stacked
+
+    def stacked_of(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The stacked tensors of a module of the template (its parameters and buffers, by their names in it)."""
+        own = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers(remove_duplicate=False))
+        return {name: self._stacked[id(t)] for name, t in own.items()}
 
     @contextlib.contextmanager
     def seed(self, s: int) -> Iterator[GroupRouter]:
@@ -112,12 +118,23 @@ class SeedStack:
 
     def __call__(self, minibatch: TensorDictBase) -> TensorDictBase:
         """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each."""
+        if self.seeds == 1:  # no vmap to pay for (its overhead is a third of a small update)
+            return self._losses(self.params[0], minibatch[0]).unsqueeze(0)
         return torch.vmap(self._losses, (0, 0), randomness="error")(self.params, minibatch)
 
     def state_dict(self, s: int) -> dict[str, torch.Tensor]:
         """Seed ``s``'s router state dict, as its single run would save it."""
         with self.seed(s) as router:
             return {k: v.detach().clone() for k, v in router.state_dict().items()}
+
+    def load_state_dict(self, s: int, state: Mapping[str, torch.Tensor]) -> None:
+        """Writes a router state dict into seed ``s``'s slices (in place)."""
+        with torch.no_grad(), self.seed(s) as router:
+            router.load_state_dict(state)
+
+    def stacked(self, name: str) -> torch.Tensor:
+        """The stacked tensor of the template's parameter or buffer ``name`` (``losses.agents....weight``)."""
+        return self.params.get(tuple(name.split(".")))
 
 
 def clip_per_seed(params: Sequence[torch.Tensor], max_norm: float | None, seeds: int) -> torch.Tensor:
@@ -171,6 +188,22 @@ class SeedStep:
         self.optimizer.step()
         self._restore(kept)
         return {"loss": per_seed.detach(), "grad_norm": grad_norm.detach()}
+
+    def optimizer_state(self, s: int, names: Sequence[str], single: torch.optim.Optimizer) -> dict:
+        """Seed ``s``'s Adam state in the form of ``single``, the optimizer of its single run, whose parameters
+        are the template's parameters ``names`` in that order."""
+        state = {}
+        for i, name in enumerate(names):
+            own = self.optimizer.state.get(self.stack.stacked(name))
+            if own:
+                state[i] = {k: (v if k == "step" else v[s]).clone() for k, v in own.items()}
+        groups = [{**g, "lr": self.optimizer.param_groups[0]["lr"]} for g in single.state_dict()["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of every seed's next step (one schedule: the seeds share their config)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def _slices(self, dead: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The failed seeds' slices of every parameter and Adam moment, to put back after the step."""

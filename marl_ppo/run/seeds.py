@@ -1,0 +1,205 @@
+"""Many seeds in one process (``train.seeds``): S runs on one env batch, one run directory per seed.
+
+Each seed is the :class:`~marl_ppo.run.trainer.Trainer` of its single run (``train.seed=s``, built
+as that run builds: the same initial networks, its own run directory, logger, evaluation and
+checkpoints). What they share: one VMAS env of ``S x env.num_envs`` copies, seed ``s`` acting on
+copies ``[s E, (s + 1) E)`` with its own policy (:class:`SeedPolicy`), and one update for all
+(:mod:`marl_ppo.core.seeds`: stacked parameters, ``torch.vmap`` over the seed dim, per-seed
+minibatch order, clip and Adam). After each update, each seed's parameters, statistics and Adam
+moments are written into its trainer, which then logs, evaluates and checkpoints as a single run
+does: ``eval``, ``plot``, ``suite merge`` read each directory as a single run's.
+
+VMAS keeps one random stream per process (DESIGN.md trap 17), and the policies sample from the
+global one: the seeds of a group are independent runs, but not the runs each seed gives alone. The
+same list of seeds gives the same group again (bit for bit on CPU).
+
+Written by hand: torchrl's collectors take one policy; :func:`seed_policy` is the policy that runs
+each seed's actor networks on its own env copies, in one vmapped call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, TensorDictSequential
+from torch import nn
+
+from marl_ppo.collect.collectors import make_collector
+from marl_ppo.config import Config
+from marl_ppo.core.seeds import SeedStack, SeedStep, seed_refusal, seeds_update
+from marl_ppo.core.update import TrainingError
+from marl_ppo.envs import make_env
+from marl_ppo.options import ConfigError
+from marl_ppo.run.build import build, seed_everything
+from marl_ppo.run.directory import note
+from marl_ppo.run.trainer import Trainer
+
+__all__ = ["SeedNet", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds"]
+
+
+def check_seeds(cfg: Config) -> None:
+    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run yet."""
+    why = None
+    if cfg.env.kind != "vmas":
+        why = f"env.kind={cfg.env.kind} (one batched env for all seeds: VMAS only for now)"
+    elif cfg.train.collector.backend != "direct":
+        why = f"train.collector.backend={cfg.train.collector.backend} (the seeds collect in this process)"
+    elif cfg.opponents:
+        why = "opponents (a pool or a frozen player per seed is not stacked yet)"
+    elif cfg.train.compile:
+        why = "train.compile=true (compiling the vmapped update is not measured yet)"
+    elif cfg.log.video:
+        why = "log.video=true"
+    if why is not None:
+        raise ConfigError(f"train.seeds={cfg.train.seeds}: many seeds in one process do not support {why}")
+
+
+def seed_config(cfg: Config, seed: int) -> Config:
+    """Seed ``seed``'s own config: a single run's (``train.seed``, no ``train.seeds``), named per seed."""
+    name = f"{cfg.log.name}-seed{seed}" if cfg.log.name else None
+    return dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(cfg.train, seed=seed, seeds=[]),
+        log=dataclasses.replace(cfg.log, name=name, progress=False),
+    )
+
+
+class SeedNet(nn.Module):
+    """A template network run with every seed's stacked parameters, seed ``s`` on env copies ``[s E, (s + 1) E)``:
+    one vmapped call for all seeds."""
+
+    def __init__(self, net: nn.Module, params: dict[str, torch.Tensor], seeds: int) -> None:
+        super().__init__()
+        self._net, self.params, self.seeds = (net,), params, seeds  # the template's: not registered twice
+
+    def forward(self, x: torch.Tensor):
+        def run(params, x):
+            return torch.func.functional_call(self._net[0], params, (x,))
+
+        if self.seeds == 1:
+            return run({k: v[0] for k, v in self.params.items()}, x)
+        out = torch.vmap(run)(self.params, x.reshape(self.seeds, -1, *x.shape[1:]))
+        if isinstance(out, torch.Tensor):
+            return out.reshape(-1, *out.shape[2:])
+        return tuple(y.reshape(-1, *y.shape[2:]) for y in out)  # (loc, scale) of a continuous head
+
+
+def seed_policy(stack: SeedStack) -> TensorDictSequential:
+    """The collection policy of all seeds: each group's actor with its network run by :class:`SeedNet` (the lean
+    VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run)."""
+    actors = []
+    for g in stack.template.groups:
+        net, dist = stack.template.losses[g].actor_network.module
+        seeded = TensorDictModule(
+            SeedNet(net.module, stack.stacked_of(net.module), stack.seeds), in_keys=net.in_keys, out_keys=net.out_keys
+        )
+        actors.append(ProbabilisticTensorDictSequential(seeded, dist))
+    return TensorDictSequential(*actors)
+
+
+class SeedsTrainer:
+    """``train.seeds``: each seed's :class:`~marl_ppo.run.trainer.Trainer`, trained together.
+
+    ``root`` is where the seeds' run directories go (``log.root`` by default), each named as its
+    single run would be (``<env>-<algorithm>-seed<s>``, or ``<log.name>-seed<s>``).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        check_seeds(cfg)
+        self.cfg, seeds = cfg, list(cfg.train.seeds)
+        probe = build(seed_config(cfg, seeds[0]))  # what the networks are, before any run directory exists
+        probe.env.close()
+        why = seed_refusal(probe.router)
+        if why is not None:
+            raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
+        self.trainers = [Trainer(seed_config(cfg, s)) for s in seeds]  # each builds as its single run does
+        self.stack = SeedStack([t.parts.router for t in self.trainers])
+        self.step = SeedStep(
+            self.stack, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
+        )
+        for trainer in self.trainers:  # each trainer's own env: the seeds collect on the shared one
+            trainer.parts.env.close()
+        seed_everything(seeds[0])
+        self.envs = cfg.env.num_envs
+        self.env = make_env(cfg.env, seed=seeds[0], num_envs=len(seeds) * self.envs)
+        self.policy = seed_policy(self.stack)
+        self._names = [[n for n, p in t.parts.router.named_parameters() if p.requires_grad] for t in self.trainers]
+        self._failed: set[int] = set()
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [t.run_dir for t in self.trainers]
+
+    def fit(self) -> list[dict[str, Any]]:
+        """Trains every seed to ``train.total_frames``; returns their summaries (each also its ``summary.json``)."""
+        cfg, seeds = self.cfg, len(self.trainers)
+        collector = make_collector(
+            self.env,
+            self.policy,
+            frames_per_batch=seeds * cfg.train.frames_per_batch,
+            total_frames=seeds * cfg.train.total_frames,
+            device=cfg.train.device,
+            backend="direct",
+        )
+        for trainer in self.trainers:
+            trainer.collector_used = f"{collector.description}, {seeds} seeds in one process (train.seeds)"
+            note(trainer.run_dir, f"collector: {trainer.collector_used}")
+        progress = _NoProgress()
+        try:
+            t0 = time.perf_counter()
+            for batch in collector:
+                t_collect, t1 = time.perf_counter() - t0, time.perf_counter()
+                batch = self.trainers[0].parts.reward_table(batch)  # elementwise: every seed's copies at once
+                batch = self.stack.compute_advantages(batch.reshape(seeds, self.envs, -1))
+                stats = seeds_update(
+                    self.stack,
+                    self.step,
+                    batch,
+                    num_epochs=cfg.train.num_epochs,
+                    minibatch_size=cfg.train.minibatch_size,
+                    generators=[t.state.generator for t in self.trainers],
+                )
+                t_update = time.perf_counter() - t1
+                for s, trainer in enumerate(self.trainers):
+                    if s in self._failed:
+                        continue
+                    if not bool(self.step.alive[s]):  # a non-finite loss: this seed stops, its last good state kept
+                        self._fail(s, trainer)
+                        continue
+                    self._to_trainer(s, trainer)
+                    trainer.record(batch[s], stats[s], t_collect=t_collect, t_update=t_update, progress=progress)
+                    self.stack.load_state_dict(s, trainer.parts.router.state_dict())  # its scheduled coefficients
+                    if trainer.checkpoint_due() and trainer.frames < cfg.train.total_frames:
+                        trainer.save()
+                self.step.set_lr(self.trainers[0].scheduler.get_last_lr()[0])
+                t0 = time.perf_counter()
+        except BaseException as err:
+            for s, trainer in enumerate(self.trainers):
+                if s not in self._failed:
+                    trainer.logger.error(err)
+                    trainer.close()
+            raise
+        finally:
+            collector.shutdown()
+        return [t.finish() for s, t in enumerate(self.trainers) if s not in self._failed]
+
+    def _fail(self, s: int, trainer: Trainer) -> None:
+        """Seed ``s`` failed: its run ends with the error, its last checkpoint kept, as a single run's would."""
+        self._failed.add(s)
+        trainer.logger.error(TrainingError(self.step.failures[s]))
+        trainer.close()
+
+    def _to_trainer(self, s: int, trainer: Trainer) -> None:
+        """Seed ``s``'s parameters, statistics and Adam moments into its own trainer (what it logs and saves)."""
+        trainer.parts.router.load_state_dict(self.stack.state_dict(s))
+        optimizer = trainer.parts.step.optimizer
+        optimizer.load_state_dict(self.step.optimizer_state(s, self._names[s], optimizer))
+
+
+class _NoProgress:
+    def update(self, *args, **kwargs) -> None:
+        pass

@@ -1,0 +1,82 @@
+"""``train.seeds``: many seeds in one process, each writing a single run's directory (real VMAS navigation).
+
+The update's known answer (each seed's update is its single run's) is ``tests/core/test_seeds.py``;
+here: the run directories, the seeds' starting networks, reproducibility of the group, refusals.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from marl_ppo.cli import main
+from marl_ppo.run.build import build, load_policy
+from marl_ppo.run.checkpoints import load_checkpoint
+from marl_ppo.run.seeds import SeedsTrainer, seed_config
+
+
+def _group(tiny_config, tmp_path, name="group", seeds="[0,1]"):
+    return [*tiny_config.overrides, f"train.seeds={seeds}", f"log.root={tmp_path}", f"log.name={name}"]
+
+
+def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys):
+    assert main(["train", *_group(tiny_config, tmp_path)]) == 0
+    summaries = json.loads(capsys.readouterr().out.split("\n", 2)[-1])
+    assert [s["run_dir"] for s in summaries] == [str(tmp_path / "group-seed0"), str(tmp_path / "group-seed1")]
+    for s in (0, 1):
+        run = tmp_path / f"group-seed{s}"
+        cfg, parts = load_policy(run)  # its config is a single run's, with its seed
+        assert cfg.train.seed == s and cfg.train.seeds == [] and cfg.log.name == f"group-seed{s}"
+        parts.env.close()
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["frames"] == 2 * tiny_config.fpb and summary["iteration"] == 2
+        assert "2 seeds in one process" in summary["collector"]
+        assert [p.name for p in sorted((run / "checkpoints").glob("iter_*.pt"))] == ["iter_00001.pt", "iter_00002.pt"]
+        assert (run / "logs" / "scalars" / "train" / "agents" / "loss_objective.csv").exists()
+        assert main(["eval", str(run), "--episodes", "2"]) == 0
+    first, second = (load_checkpoint(tmp_path / f"group-seed{s}" / "checkpoints" / "last.pt") for s in (0, 1))
+    assert any(not torch.equal(first["router"][k], second["router"][k]) for k in first["router"])
+
+
+def test_each_seed_starts_from_its_single_runs_networks(tiny_config, tmp_path):
+    cfg = tiny_config(overrides=["train.seeds=[3,5]", f"log.root={tmp_path}"])
+    group = SeedsTrainer(cfg)
+    for s, trainer in zip((3, 5), group.trainers, strict=True):
+        single = build(seed_config(cfg, s))
+        single.env.close()
+        want, got = single.router.state_dict(), group.stack.state_dict(group.trainers.index(trainer))
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    for trainer in group.trainers:
+        trainer.close()
+    group.env.close()
+
+
+def test_the_same_seeds_give_the_same_group_bit_for_bit(tiny_config, tmp_path):
+    for name in ("a", "b"):
+        assert main(["train", *_group(tiny_config, tmp_path, name=name)]) == 0
+    for s in (0, 1):
+        a, b = (load_checkpoint(tmp_path / f"{n}-seed{s}" / "checkpoints" / "last.pt") for n in ("a", "b"))
+        assert a["router"].keys() == b["router"].keys()
+        assert all(torch.equal(a["router"][k], b["router"][k]) for k in a["router"]), f"seed {s}"
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.continuous_actions=false"], ["env.kind=pettingzoo"]),
+        (["model.kind=gru"], ["recurrent model"]),
+        (["loss.value_norm=popart"], ["popart"]),
+        (["train.collector.backend=process"], ["train.collector.backend=process"]),
+        (["train.seeds=[1,1]"], ["train.seeds must be different seeds", "[1, 1]"]),
+    ],
+)
+def test_what_many_seeds_cannot_run_is_refused_before_any_run_directory(
+    tiny_config, tmp_path, capsys, overrides, words
+):
+    assert main(["train", *_group(tiny_config, tmp_path), *overrides]) == 1
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+    assert not any(tmp_path.iterdir())
