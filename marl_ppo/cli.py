@@ -69,7 +69,8 @@ def _train_seeds(cfg) -> int:
     """``train.seeds=[...]``: the seeds trained in one process, one run directory each."""
     from marl_ppo.run.seeds import SeedsTrainer, check_seeds
 
-    check_seeds(cfg)  # before torch builds anything
+    if len(cfg.train.seeds) > 1:
+        check_seeds(cfg)  # before torch builds anything
     group = SeedsTrainer(cfg)
     for run_dir in group.run_dirs:
         print(f"run directory: {run_dir}")

@@ -139,7 +139,15 @@ class SeedStack:
 
 def clip_per_seed(params: Sequence[torch.Tensor], max_norm: float | None, seeds: int) -> torch.Tensor:
     """Each seed's gradient norm over every leaf's seed slice, ``[S]``; with ``max_norm``, each seed's
-    gradients scaled as ``torch.nn.utils.clip_grad_norm_`` scales a single run's."""
+    gradients scaled as ``torch.nn.utils.clip_grad_norm_`` scales a single run's.
+
+    >>> w = torch.nn.Parameter(torch.zeros(2, 3))
+    >>> w.grad = torch.tensor([[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]])  # seed 0's norm 5, seed 1's 0.5
+    >>> clip_per_seed([w], 1.0, 2).tolist()
+    [5.0, 0.5]
+    >>> [round(g, 4) for g in w.grad.flatten().tolist()]  # seed 0 scaled to norm 1, seed 1 left as it was
+    [0.6, 0.8, 0.0, 0.3, 0.4, 0.0]
+    """
     grads = [p.grad for p in params if p.grad is not None]
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(seeds, -1), dim=1) for g in grads])  # [leaves, S]
     total = torch.linalg.vector_norm(norms, dim=0)

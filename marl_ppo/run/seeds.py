@@ -109,8 +109,12 @@ class SeedsTrainer:
     """
 
     def __init__(self, cfg: Config) -> None:
-        check_seeds(cfg)
         self.cfg, seeds = cfg, list(cfg.train.seeds)
+        self._failed: set[int] = set()
+        if len(seeds) == 1:  # one seed: its single run, exactly (nothing to stack)
+            self.trainers, self.stack = [Trainer(seed_config(cfg, seeds[0]))], None
+            return
+        check_seeds(cfg)
         probe = build(seed_config(cfg, seeds[0]))  # what the networks are, before any run directory exists
         probe.env.close()
         why = seed_refusal(probe.router)
@@ -128,7 +132,6 @@ class SeedsTrainer:
         self.env = make_env(cfg.env, seed=seeds[0], num_envs=len(seeds) * self.envs)
         self.policy = seed_policy(self.stack)
         self._names = [[n for n, p in t.parts.router.named_parameters() if p.requires_grad] for t in self.trainers]
-        self._failed: set[int] = set()
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -137,6 +140,8 @@ class SeedsTrainer:
     def fit(self) -> list[dict[str, Any]]:
         """Trains every seed to ``train.total_frames``; returns their summaries (each also its ``summary.json``)."""
         cfg, seeds = self.cfg, len(self.trainers)
+        if self.stack is None:
+            return [self.trainers[0].fit()]
         collector = make_collector(
             self.env,
             self.policy,

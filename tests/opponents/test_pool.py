@@ -184,24 +184,27 @@ def test_the_trainers_collector_draws_snapshots_and_the_update_skips_their_steps
 
 
 @pytest.mark.parametrize(
-    "name, seat, pooled",
+    "name, opponents",
     [
-        ("tictactoe", "player_2", "player_1"),
-        ("connect_four", "player_1", "player_0"),
-        ("simple_tag_pool", "agent", "agent"),
+        ("tictactoe", {"player_1": "pool", "player_2": "pool:player_1"}),
+        ("connect_four", {"player_1": "pool:player_0"}),
+        ("simple_tag_pool", {"agent": "pool"}),
     ],
 )
-def test_the_shipped_competitive_configs_train_against_a_pool(name, seat, pooled):
-    """tictactoe, connect_four (by default) and simple_tag_pool: a seat plays a pool of a training group."""
+def test_the_shipped_competitive_configs_train_against_a_pool(name, opponents):
+    """tictactoe, connect_four (by default) and simple_tag_pool: pool seats on a training group's networks."""
     from marl_ppo.config import load_config
 
     cfg = load_config(name, overrides=["env.num_envs=2"])
-    assert cfg.opponents == {seat: "pool" if seat == pooled else f"pool:{pooled}"}
+    assert cfg.opponents == opponents
     parts = build(cfg)
-    assert list(parts.pools) == [seat] and len(parts.pools[seat].snapshots) == 1  # the snapshot of the start
-    assert {seat, pooled} <= set(parts.router.groups)
-    seat_params = list(parts.router.losses[seat].actor_network.parameters())
-    assert all(a is b for a, b in zip(seat_params, parts.router.losses[pooled].actor_network.parameters(), strict=True))
+    assert sorted(parts.pools) == sorted(opponents)
+    assert all(len(pool.snapshots) == 1 for pool in parts.pools.values())  # the snapshot of the start
+    for seat, source in opponents.items():
+        owner = source.partition(":")[2] or seat
+        seat_params = list(parts.router.losses[seat].actor_network.parameters())
+        owner_params = parts.router.losses[owner].actor_network.parameters()
+        assert all(a is b for a, b in zip(seat_params, owner_params, strict=True))
     parts.env.close()
     if cfg.env.kind == "pettingzoo":
         assert cfg.log.eval_opponents == ["random"]

@@ -80,3 +80,13 @@ def test_what_many_seeds_cannot_run_is_refused_before_any_run_directory(
     for word in words:
         assert word in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_one_seed_is_its_single_run_bit_for_bit(tiny_config, tmp_path):
+    assert main(["train", *_group(tiny_config, tmp_path, name="one", seeds="[0]")]) == 0
+    assert main(["train", *tiny_config.overrides, "train.seed=0", f"log.root={tmp_path}", "log.name=single"]) == 0
+    a = load_checkpoint(tmp_path / "one-seed0" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")
+    assert all(torch.equal(a["router"][k], b["router"][k]) for k in b["router"])
+    metrics = "logs/scalars/train/agents/loss_objective.csv"
+    assert (tmp_path / "one-seed0" / metrics).read_text() == (tmp_path / "single" / metrics).read_text()
