@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_ppo.config import Config
+from marl_ppo.options import ConfigError
 
 __all__ = ["run_directory", "record_collector", "note", "finished_summary", "write_summary"]
 
@@ -16,7 +17,13 @@ __all__ = ["run_directory", "record_collector", "note", "finished_summary", "wri
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
     """The run's directory. A new run never writes into another run's directory: the default name
     (``<log.root>/<run name>``) gets the next free ``-2``, ``-3``... suffix, and an explicit directory
-    holding a run is refused; a resumed run uses the directory as it is."""
+    holding a run is refused; a resumed run uses the directory as it is. A config with several
+    ``train.seeds`` is refused: one run directory holds one seed (:mod:`marl_ppo.run.seeds` trains them)."""
+    if len(cfg.train.seeds) > 1:
+        raise ConfigError(
+            f"train.seeds={cfg.train.seeds}: a Trainer runs one seed (train.seed); several seeds train with "
+            "marl-ppo train or marl_ppo.run.seeds.SeedsTrainer, one run directory each"
+        )
     if run_dir is not None:
         run_dir = Path(run_dir)
         if not resume and (run_dir / "config.yaml").exists():

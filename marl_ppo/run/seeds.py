@@ -104,8 +104,10 @@ def seed_policy(stack: SeedStack) -> TensorDictSequential:
 class SeedsTrainer:
     """``train.seeds``: each seed's :class:`~marl_ppo.run.trainer.Trainer`, trained together.
 
-    ``root`` is where the seeds' run directories go (``log.root`` by default), each named as its
-    single run would be (``<env>-<algorithm>-seed<s>``, or ``<log.name>-seed<s>``).
+    The seeds' run directories go under ``log.root``, each named as its single run would be
+    (``<env>-<algorithm>-seed<s>``, or ``<log.name>-seed<s>``). The time each seed logs for
+    collection and update (``time/collect_s``, ``time/update_s``) is the whole group's, so its
+    ``time/fps`` is frames per second per seed. There is no progress bar.
     """
 
     def __init__(self, cfg: Config) -> None:

@@ -90,3 +90,12 @@ def test_one_seed_is_its_single_run_bit_for_bit(tiny_config, tmp_path):
     assert all(torch.equal(a["router"][k], b["router"][k]) for k in b["router"])
     metrics = "logs/scalars/train/agents/loss_objective.csv"
     assert (tmp_path / "one-seed0" / metrics).read_text() == (tmp_path / "single" / metrics).read_text()
+
+
+def test_a_trainer_given_several_seeds_refuses_them_instead_of_training_one(tiny_config, tmp_path):
+    from marl_ppo.options import ConfigError
+    from marl_ppo.run.trainer import Trainer
+
+    with pytest.raises(ConfigError, match=r"train.seeds=\[0, 1\]: a Trainer runs one seed"):
+        Trainer(tiny_config(overrides=["train.seeds=[0,1]", f"log.root={tmp_path}"]))
+    assert not any(tmp_path.iterdir())
