@@ -68,6 +68,12 @@ def seed_config(cfg: Config, seed: int) -> Config:
     )
 
 
+def _apart_from_seed(cfg: Config) -> Config:
+    return dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, seed=0, seeds=[]), log=dataclasses.replace(cfg.log, name=None)
+    )
+
+
 class SeedNet(nn.Module):
     """A template network run with every seed's stacked parameters, seed ``s`` on env copies ``[s E, (s + 1) E)``:
     one vmapped call for all seeds."""
@@ -110,19 +116,27 @@ class SeedsTrainer:
     ``time/fps`` is frames per second per seed. There is no progress bar.
     """
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg, seeds = cfg, list(cfg.train.seeds)
+    def __init__(self, cfg: Config, *, configs: list[Config] | None = None, run_dirs: list | None = None) -> None:
+        """``cfg`` with ``train.seeds``; or each seed's own ``configs`` (single-run configs that differ only in
+        ``train.seed`` and ``log.name``, as a suite plans them) with their ``run_dirs``."""
+        seeds = list(cfg.train.seeds) if configs is None else [c.train.seed for c in configs]
+        configs = [seed_config(cfg, s) for s in seeds] if configs is None else list(configs)
+        run_dirs = [None] * len(configs) if run_dirs is None else list(run_dirs)
+        self.cfg = cfg = dataclasses.replace(configs[0], train=dataclasses.replace(configs[0].train, seeds=seeds))
         self._failed: set[int] = set()
         if len(seeds) == 1:  # one seed: its single run, exactly (nothing to stack)
-            self.trainers, self.stack = [Trainer(seed_config(cfg, seeds[0]))], None
+            self.trainers, self.stack = [Trainer(configs[0], run_dir=run_dirs[0])], None
             return
         check_seeds(cfg)
-        probe = build(seed_config(cfg, seeds[0]))  # what the networks are, before any run directory exists
+        differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
+        if differ:
+            raise ConfigError(f"the configs of seeds {differ} differ from seed {seeds[0]}'s in more than the seed")
+        probe = build(configs[0])  # what the networks are, before any run directory exists
         probe.env.close()
         why = seed_refusal(probe.router)
         if why is not None:
             raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
-        self.trainers = [Trainer(seed_config(cfg, s)) for s in seeds]  # each builds as its single run does
+        self.trainers = [Trainer(c, run_dir=d) for c, d in zip(configs, run_dirs)]  # each as its single run
         self.stack = SeedStack([t.parts.router for t in self.trainers])
         self.step = SeedStep(
             self.stack, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights

@@ -20,7 +20,7 @@ from typing import Optional
 from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, RESULT_FILE, write_json
 from marl_ppo.suite.spec import Job
 
-__all__ = ["RunResult", "prepare", "execute", "record_failure", "final_evaluation", "worker_entry"]
+__all__ = ["RunResult", "prepare", "execute", "execute_seeds", "record_failure", "final_evaluation", "worker_entry"]
 
 
 @dataclass
@@ -100,6 +100,42 @@ def execute(job: Job) -> RunResult:
     result = RunResult(job, status, error, time.perf_counter() - t0)
     write_json(run_dir / RESULT_FILE, {"status": status, "error": error, "seconds": result.seconds})
     return result
+
+
+def execute_seeds(jobs: list[Job]) -> list[RunResult]:
+    """Runs the jobs of one (task, variant), its seeds, in this process as one group (``vectorise_seeds``:
+    :class:`~marl_ppo.run.seeds.SeedsTrainer`); each job's run directory and result as :func:`execute` writes
+    them. Never raises for a failing group (each of its jobs records the failure)."""
+    t0 = time.perf_counter()
+    try:
+        _set_threads(jobs[0].threads)
+        from marl_ppo.config import from_yaml
+        from marl_ppo.run.seeds import SeedsTrainer
+
+        configs = [from_yaml(job.config_yaml) for job in jobs]
+        group = SeedsTrainer(configs[0], configs=configs, run_dirs=[job.run_dir for job in jobs])
+        group.fit()
+        for job, trainer in zip(jobs, group.trainers):
+            if job.absolute_episodes > 0:
+                metrics = final_evaluation(trainer, job.absolute_episodes)
+                write_json(
+                    Path(job.run_dir) / ABSOLUTE_FILE,
+                    {"frames": trainer.frames, "episodes": len(metrics["return"]), "metrics": metrics},
+                )
+    except Exception as err:  # a failing group is a result for each of its runs
+        seconds = time.perf_counter() - t0
+        return [record_failure(job, f"{type(err).__name__}: {err}", seconds) for job in jobs]
+    seconds = time.perf_counter() - t0
+    results = []
+    for job in jobs:
+        failed = (Path(job.run_dir) / "error.txt").exists()  # a seed whose loss went non-finite
+        error = (Path(job.run_dir) / "error.txt").read_text().splitlines()[0] if failed else None
+        write_json(
+            Path(job.run_dir) / RESULT_FILE,
+            {"status": "failed" if failed else "ok", "error": error, "seconds": seconds},
+        )
+        results.append(RunResult(job, "failed" if failed else "ok", error, seconds))
+    return results
 
 
 def record_failure(job: Job, error: str, seconds: float) -> RunResult:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 import yaml
 
 from marl_ppo.suite._files import JOB_FILE, RESULT_FILE, write_json
-from marl_ppo.suite.jobs import RunResult, execute, prepare
+from marl_ppo.suite.jobs import RunResult, execute, execute_seeds, prepare
 from marl_ppo.suite.local_launcher import run_in_processes
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
@@ -90,6 +90,8 @@ def _run_jobs(
     ray_shared: Optional[bool],
 ) -> list[RunResult]:
     """Runs ``jobs`` with ``launcher``; their results in job order."""
+    if suite.vectorise_seeds:
+        return _run_seed_groups(jobs, echo)
     if launcher in ("ray", "slurm"):
         for job in jobs:
             prepare(job)
@@ -106,6 +108,22 @@ def _run_jobs(
         echo(f"{res.status:<6} {job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
         results.append(res)
     return results
+
+
+def _run_seed_groups(jobs: list[Job], echo: Callable[[str], None]) -> list[RunResult]:
+    """``vectorise_seeds``: each (task, variant)'s jobs, its seeds, as one group in this process."""
+    groups: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.task, job.variant), []).append(job)
+    results: dict[str, RunResult] = {}
+    for group in groups.values():
+        for job in group:
+            prepare(job)
+        echo(f"start  {group[0].label.rpartition('/')[0]}  seeds {[j.seed for j in group]} in one process")
+        for res in execute_seeds(group):
+            results[res.job.run_dir] = res
+            echo(f"{res.status:<6} {res.job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
+    return [results[job.run_dir] for job in jobs]
 
 
 def run_suite(
@@ -138,6 +156,8 @@ def run_suite(
         suite = Suite.load(suite)
     if workers is not None:
         suite = suite.replace(workers=workers)
+    if suite.vectorise_seeds and launcher != "local":
+        raise SuiteError(f"vectorise_seeds runs each task's seeds in one local process; launcher {launcher!r} is not")
     if launcher == "slurm":
         check_slurm(suite.slurm)
     elif launcher == "ray":

@@ -28,6 +28,7 @@ SUITE_KEYS = (
     "threads",
     "absolute_eval_factor",
     "slurm",
+    "vectorise_seeds",
 )
 TASK_KEYS = ("config", "name", "overrides")
 SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup")
@@ -183,6 +184,7 @@ class Suite:
     absolute_eval_factor: int = 10
     sweep: Grid = ()
     slurm: SlurmSpec = SlurmSpec()
+    vectorise_seeds: bool = False  # each (task, variant)'s seeds in one process (train.seeds, docs/seeds.md)
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -196,6 +198,8 @@ class Suite:
             low = 0 if key == "absolute_eval_factor" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise SuiteError(f"{key} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.vectorise_seeds, bool):
+            raise SuiteError(f"vectorise_seeds must be true or false, got {self.vectorise_seeds!r}")
 
     @classmethod
     def from_dict(cls, raw: Any, base: Optional[Path] = None, source: str = "suite") -> "Suite":
@@ -213,7 +217,9 @@ class Suite:
         if not isinstance(seeds, list):
             raise SuiteError(f"{source}: seeds must be a list of integers, got {seeds!r}")
         kwargs: dict[str, Any] = {
-            k: raw[k] for k in ("workers", "out", "name", "threads", "absolute_eval_factor") if raw.get(k) is not None
+            k: raw[k]
+            for k in ("workers", "out", "name", "threads", "absolute_eval_factor", "vectorise_seeds")
+            if raw.get(k) is not None
         }
         if "out" in kwargs:
             kwargs["out"] = str(kwargs["out"])

@@ -470,3 +470,27 @@ def test_a_suites_tasks_may_name_shipped_configs(tmp_path):
     path.write_text("name: by_name\ntasks: [navigatio]\nseeds: [0]\n")
     with pytest.raises(SuiteError, match=r"'navigatio' not found .*nor is it a shipped config: \['balance'"):
         Suite.load(path)
+
+
+def test_vectorise_seeds_trains_each_tasks_seeds_in_one_process(tmp_path):
+    """The tiny suite's 2 tasks x 2 seeds as 2 groups (train.seeds): every run directory a single run's, the
+    marl-eval JSON complete, a rerun keeps them; the launchers that run elsewhere are refused."""
+    suite = Suite.load(TINY).replace(vectorise_seeds=True, workers=1)
+    lines: list[str] = []
+    result = run_suite(suite, out=tmp_path, plot=False, echo=lines.append)
+    assert [r.status for r in result.runs] == ["ok"] * 4
+    assert sum("seeds [0, 1] in one process" in line for line in lines) == 2
+    data = json.loads(result.json_path.read_text())
+    for task in ("navigation", "balance"):
+        runs = data["vmas"][task]["mappo"]
+        assert sorted(runs) == ["seed_0", "seed_1"]
+        assert all("absolute_metrics" in runs[s] for s in runs)
+        assert runs["seed_0"]["absolute_metrics"] != runs["seed_1"]["absolute_metrics"]
+    for r in result.runs:
+        assert "2 seeds in one process" in (Path(r.job.run_dir) / "run.log").read_text()
+    again = run_suite(suite, out=tmp_path, plot=False, echo=lambda _: None)
+    assert [r.status for r in again.runs] == ["skipped"] * 4
+    with pytest.raises(SuiteError, match="vectorise_seeds runs each task's seeds in one local process"):
+        run_suite(suite, out=tmp_path / "ray", launcher="ray", echo=lambda _: None)
+    with pytest.raises(SuiteError, match="vectorise_seeds must be true or false"):
+        Suite.load(TINY).replace(vectorise_seeds="yes")
