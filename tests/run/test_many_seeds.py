@@ -99,3 +99,25 @@ def test_a_trainer_given_several_seeds_refuses_them_instead_of_training_one(tiny
     with pytest.raises(ConfigError, match=r"train.seeds=\[0, 1\]: a Trainer runs one seed"):
         Trainer(tiny_config(overrides=["train.seeds=[0,1]", f"log.root={tmp_path}"]))
     assert not any(tmp_path.iterdir())
+
+
+def test_each_seeds_entropy_schedule_reaches_the_stacked_update(tiny_config, tmp_path):
+    """A linear entropy schedule set by each seed's trainer is what the next stacked update uses."""
+    from marl_ppo.run.logger import read_scalars
+
+    cfg = tiny_config(
+        overrides=[
+            "train.seeds=[0,1]",
+            "loss.entropy_coeff=0.1",
+            "loss.entropy_schedule=linear",
+            "loss.entropy_final_scale=0.5",
+            f"log.root={tmp_path}",
+        ]
+    )
+    group = SeedsTrainer(cfg)
+    group.fit()
+    for s, trainer in enumerate(group.trainers):
+        logged = [v for _, v in read_scalars(trainer.run_dir)["train/agents/action/entropy_coeff"]]
+        assert logged == pytest.approx([0.1, 0.1 * (1 - 0.5 / 2)])  # the coefficient each update used
+        stacked = group.stack.stacked("losses.agents.head_entropy_coeffs")[s]
+        assert stacked.tolist() == pytest.approx([0.1 * 0.5])  # what a third update would use
