@@ -2,7 +2,7 @@
 
 Each seed is the :class:`~marl_ppo.run.trainer.Trainer` of its single run (``train.seed=s``, built
 as that run builds: the same initial networks, its own run directory, logger, evaluation and
-checkpoints). What they share: one VMAS env of ``S x env.num_envs`` copies, seed ``s`` acting on
+checkpoints). What they share: one env of ``S x env.num_envs`` copies (VMAS or PettingZoo), seed ``s`` acting on
 copies ``[s E, (s + 1) E)`` with its own policy (:class:`SeedPolicy`), and one update for all
 (:mod:`marl_ppo.core.seeds`: stacked parameters, ``torch.vmap`` over the seed dim, per-seed
 minibatch order, clip and Adam). After each update, each seed's parameters, statistics and Adam
@@ -44,8 +44,8 @@ __all__ = ["SeedNet", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds
 def check_seeds(cfg: Config) -> None:
     """Refuses, in one line before any run directory exists, what many seeds in one process cannot run yet."""
     why = None
-    if cfg.env.kind != "vmas":
-        why = f"env.kind={cfg.env.kind} (one batched env for all seeds: VMAS only for now)"
+    if cfg.env.kind == "custom":
+        why = "env.kind=custom (one batched env for all seeds: VMAS and PettingZoo for now)"
     elif cfg.train.collector.backend != "direct":
         why = f"train.collector.backend={cfg.train.collector.backend} (the seeds collect in this process)"
     elif cfg.opponents:
