@@ -47,6 +47,10 @@ def _train(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").exists():
             raise FileNotFoundError(f"cannot resume: {run_dir} has no config.yaml")
+        if (run_dir / "seeds_group.json").exists():  # one seed of a train.seeds group: the whole group goes on
+            from marl_ppo.run.seeds import resume_group
+
+            return _fit_seeds(resume_group(run_dir, overrides))
         cfg = load_config(run_dir / "config.yaml", overrides)
         from marl_ppo.run.trainer import Trainer
 
@@ -71,7 +75,10 @@ def _train_seeds(cfg) -> int:
 
     if len(cfg.train.seeds) > 1:
         check_seeds(cfg)  # before torch builds anything
-    group = SeedsTrainer(cfg)
+    return _fit_seeds(SeedsTrainer(cfg))
+
+
+def _fit_seeds(group) -> int:
     for run_dir in group.run_dirs:
         print(f"run directory: {run_dir}")
     summaries = group.fit()

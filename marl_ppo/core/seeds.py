@@ -208,6 +208,18 @@ class SeedStep:
         groups = [{**g, "lr": self.optimizer.param_groups[0]["lr"]} for g in single.state_dict()["param_groups"]]
         return {"state": state, "param_groups": groups}
 
+    def load_optimizer_states(self, singles: Sequence[torch.optim.Optimizer], names: Sequence[str]) -> None:
+        """The Adam state of each seed's single-run optimizer (``singles[s]``, whose parameters are the template's
+        ``names`` in that order) stacked into this one: a resumed group continues each seed's moments."""
+        index = {id(self.stack.stacked(name)): i for i, name in enumerate(names)}
+        state = {}
+        for j, p in enumerate(self.params):
+            own = [single.state_dict()["state"].get(index[id(p)]) for single in singles]
+            if all(own):
+                stacked = {k: torch.stack([o[k] for o in own]) for k in own[0] if k != "step"}
+                state[j] = {"step": own[0]["step"].clone(), **stacked}
+        self.optimizer.load_state_dict({"state": state, "param_groups": self.optimizer.state_dict()["param_groups"]})
+
     def set_lr(self, lr: float) -> None:
         """The learning rate of every seed's next step (one schedule: the seeds share their config)."""
         for group in self.optimizer.param_groups:

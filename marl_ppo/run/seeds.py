@@ -20,6 +20,7 @@ each seed's actor networks on its own env copies, in one vmapped call.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,14 @@ from marl_ppo.core.update import TrainingError
 from marl_ppo.envs import make_env
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import build, seed_everything
+from marl_ppo.run.checkpoints import load_checkpoint, rng_state
 from marl_ppo.run.directory import note
+from marl_ppo.run.resume import restart_episodes
 from marl_ppo.run.trainer import Trainer
 
-__all__ = ["SeedNet", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds"]
+__all__ = ["SeedNet", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds", "resume_group", "GROUP_FILE"]
+
+GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
 
 def check_seeds(cfg: Config) -> None:
@@ -116,16 +121,19 @@ class SeedsTrainer:
     ``time/fps`` is frames per second per seed. There is no progress bar.
     """
 
-    def __init__(self, cfg: Config, *, configs: list[Config] | None = None, run_dirs: list | None = None) -> None:
+    def __init__(
+        self, cfg: Config, *, configs: list[Config] | None = None, run_dirs: list | None = None, resume: bool = False
+    ) -> None:
         """``cfg`` with ``train.seeds``; or each seed's own ``configs`` (single-run configs that differ only in
-        ``train.seed`` and ``log.name``, as a suite plans them) with their ``run_dirs``."""
+        ``train.seed`` and ``log.name``, as a suite plans them) with their ``run_dirs``. ``resume``: the group
+        in ``run_dirs`` continues from its seeds' checkpoints (:func:`resume_group`)."""
         seeds = list(cfg.train.seeds) if configs is None else [c.train.seed for c in configs]
         configs = [seed_config(cfg, s) for s in seeds] if configs is None else list(configs)
         run_dirs = [None] * len(configs) if run_dirs is None else list(run_dirs)
         self.cfg = cfg = dataclasses.replace(configs[0], train=dataclasses.replace(configs[0].train, seeds=seeds))
         self._failed: set[int] = set()
         if len(seeds) == 1:  # one seed: its single run, exactly (nothing to stack)
-            self.trainers, self.stack = [Trainer(configs[0], run_dir=run_dirs[0])], None
+            self.trainers, self.stack = [Trainer(configs[0], run_dir=run_dirs[0], resume=resume)], None
             return
         check_seeds(cfg)
         differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
@@ -136,18 +144,24 @@ class SeedsTrainer:
         why = seed_refusal(probe.router)
         if why is not None:
             raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
-        self.trainers = [Trainer(c, run_dir=d) for c, d in zip(configs, run_dirs)]  # each as its single run
-        self.stack = SeedStack([t.parts.router for t in self.trainers])
+        self.trainers = [Trainer(c, run_dir=d, resume=resume) for c, d in zip(configs, run_dirs)]  # single runs'
+        self.stack = SeedStack([t.parts.router for t in self.trainers])  # resumed: from their checkpoints
         self.step = SeedStep(
             self.stack, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
         )
+        self._names = [[n for n, p in t.parts.router.named_parameters() if p.requires_grad] for t in self.trainers]
+        self.step.set_lr(self.trainers[0].scheduler.get_last_lr()[0])
+        if resume:
+            self.step.load_optimizer_states([t.parts.step.optimizer for t in self.trainers], self._names[0])
+        group = {"seeds": seeds, "run_dirs": [str(t.run_dir) for t in self.trainers]}
+        for trainer in self.trainers:  # --resume of any seed's directory resumes the group
+            (trainer.run_dir / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")
         for trainer in self.trainers:  # each trainer's own env: the seeds collect on the shared one
             trainer.parts.env.close()
         seed_everything(seeds[0])
         self.envs = cfg.env.num_envs
         self.env = make_env(cfg.env, seed=seeds[0], num_envs=len(seeds) * self.envs)
         self.policy = seed_policy(self.stack)
-        self._names = [[n for n, p in t.parts.router.named_parameters() if p.requires_grad] for t in self.trainers]
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -156,19 +170,24 @@ class SeedsTrainer:
     def fit(self) -> list[dict[str, Any]]:
         """Trains every seed to ``train.total_frames``; returns their summaries (each also its ``summary.json``)."""
         cfg, seeds = self.cfg, len(self.trainers)
-        if self.stack is None:
-            return [self.trainers[0].fit()]
+        remaining = cfg.train.total_frames - self.trainers[0].frames  # a resumed group: what is left
+        if self.stack is None or remaining <= 0:  # one seed; or a group that ended: each completes its record
+            return [trainer.fit() for trainer in self.trainers]
         collector = make_collector(
             self.env,
             self.policy,
             frames_per_batch=seeds * cfg.train.frames_per_batch,
-            total_frames=seeds * cfg.train.total_frames,
+            total_frames=seeds * remaining,
             device=cfg.train.device,
             backend="direct",
         )
         for trainer in self.trainers:
             trainer.collector_used = f"{collector.description}, {seeds} seeds in one process (train.seeds)"
             note(trainer.run_dir, f"collector: {trainer.collector_used}")
+        first = self.trainers[0]
+        if first.iteration:  # resumed at a checkpoint: the envs restart there, as the uninterrupted group's did
+            rng = load_checkpoint(first.ckpt_dir / f"iter_{first.iteration:05d}.pt")["rng"]
+            restart_episodes(collector, rng, cfg.train.seed + first.iteration)
         progress = _NoProgress()
         try:
             t0 = time.perf_counter()
@@ -196,7 +215,9 @@ class SeedsTrainer:
                     self.stack.load_state_dict(s, trainer.parts.router.state_dict())  # its scheduled coefficients
                     if trainer.checkpoint_due() and trainer.frames < cfg.train.total_frames:
                         trainer.save()
-                self.step.set_lr(self.trainers[0].scheduler.get_last_lr()[0])
+                self.step.set_lr(first.scheduler.get_last_lr()[0])
+                if first.checkpoint_due() and first.frames < cfg.train.total_frames:  # an episode boundary
+                    restart_episodes(collector, rng_state(), cfg.train.seed + first.iteration)
                 t0 = time.perf_counter()
         except BaseException as err:
             for s, trainer in enumerate(self.trainers):
@@ -219,6 +240,16 @@ class SeedsTrainer:
         trainer.parts.router.load_state_dict(self.stack.state_dict(s))
         optimizer = trainer.parts.step.optimizer
         optimizer.load_state_dict(self.step.optimizer_state(s, self._names[s], optimizer))
+
+
+def resume_group(run_dir: str | Path, overrides: list[str] = ()) -> SeedsTrainer:
+    """The group of seeds that ``run_dir`` (any seed's directory) belongs to, resumed from its checkpoints."""
+    from marl_ppo.config import load_config
+
+    group = json.loads((Path(run_dir) / GROUP_FILE).read_text())
+    dirs = [Path(d) for d in group["run_dirs"]]
+    configs = [load_config(d / "config.yaml", list(overrides)) for d in dirs]
+    return SeedsTrainer(configs[0], configs=configs, run_dirs=dirs, resume=True)
 
 
 class _NoProgress:

@@ -142,3 +142,24 @@ def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys):
         assert summary["frames"] == 400 and "2 seeds in one process" in summary["collector"]
     a, b = (load_checkpoint(run / "checkpoints" / "last.pt")["router"] for run in runs)
     assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch):
+    """6 iterations, checkpoints every 3, a crash after iteration 4; `--resume` of seed 1's directory resumes
+    both seeds from their checkpoints and ends where the uninterrupted group ends, bit for bit."""
+    from marl_ppo.config import load_config
+    from tests.run.test_recovery import FPB, TINY, assert_same_state, comparable, crash_after_logging
+
+    def config(root):
+        return load_config(None, overrides=[*TINY, "train.seeds=[0,1]", f"log.root={root}", "log.name=g"])
+
+    SeedsTrainer(config(tmp_path / "straight")).fit()
+    crash_after_logging(monkeypatch, 4, FPB)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        SeedsTrainer(config(tmp_path / "crashed")).fit()
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(tmp_path / "crashed" / "g-seed1")]) == 0
+    for s in (0, 1):
+        straight, resumed = tmp_path / "straight" / f"g-seed{s}", tmp_path / "crashed" / f"g-seed{s}"
+        assert_same_state(straight, resumed)
+        assert comparable(resumed) == comparable(straight)
