@@ -15,6 +15,15 @@ same list of seeds gives the same group again (bit for bit on CPU).
 
 Written by hand: torchrl's collectors take one policy; :func:`seed_policy` is the policy that runs
 each seed's actor networks on its own env copies, in one vmapped call.
+
+>>> import tempfile
+>>> from marl_ppo.config import load_config
+>>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
+...     "train.total_frames=80", "train.num_epochs=1", "train.minibatch_size=20", "model.hidden=[16]",
+...     "log.plot=false", "train.seeds=[0,1]", f"log.root={tempfile.mkdtemp()}", "log.name=demo"])
+>>> group = SeedsTrainer(cfg)
+>>> [(s["run_dir"].rpartition("/")[2], s["frames"]) for s in group.fit()]
+[('demo-seed0', 80), ('demo-seed1', 80)]
 """
 
 from __future__ import annotations
