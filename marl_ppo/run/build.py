@@ -243,7 +243,8 @@ def load_policy(
     parts = build(cfg, env_fn=env_fn)
     parts.router.load_state_dict(state["router"])
     for g, pool in parts.pools.items():  # the snapshots as they stood (eval --opponent pool plays them)
-        pool.snapshots.load(state["pools"][g])
+        if g in state.get("pools", {}):
+            pool.snapshots.load(state["pools"][g])
     return cfg, parts
 
 

@@ -3,7 +3,7 @@
 Each seed is the :class:`~marl_ppo.run.trainer.Trainer` of its single run (``train.seed=s``, built
 as that run builds: the same initial networks, its own run directory, logger, evaluation and
 checkpoints). What they share: one env of ``S x env.num_envs`` copies (VMAS or PettingZoo), seed ``s`` acting on
-copies ``[s E, (s + 1) E)`` with its own policy (:class:`SeedPolicy`), and one update for all
+copies ``[s E, (s + 1) E)`` with its own policy (:func:`seed_policy`), and one update for all
 (:mod:`marl_ppo.core.seeds`: stacked parameters, ``torch.vmap`` over the seed dim, per-seed
 minibatch order, clip and Adam). After each update, each seed's parameters, statistics and Adam
 moments are written into its trainer, which then logs, evaluates and checkpoints as a single run
