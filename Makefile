@@ -36,7 +36,7 @@ train: venv
 	$(VENV)/bin/marl-ppo train $(ARGS)
 
 test: venv-test
-	$(PY) -m pytest -q marl_ppo tests
+	$(PY) -m pytest -q --durations=25 marl_ppo tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -132,9 +133,15 @@ def _scheduler(spec: TuneSpec, base: Config):
             time_attr="frames",
             perturbation_interval=s.perturbation_interval * fpb,
             quantile_fraction=s.quantile,
-            hyperparam_mutations={k: d.to_tune() for k, d in s.mutations.items()},
+            hyperparam_mutations={k: d.to_pbt() for k, d in s.mutations.items()},
+            custom_explore_fn=functools.partial(clip_to_domains, s.mutations),
         )
     return FIFOScheduler()
+
+
+def clip_to_domains(mutations: dict, config: dict) -> dict:
+    """PBT's explore step, last: every perturbed value back within its domain (Ray has no bounds)."""
+    return {**config, **{k: d.clip(config[k]) for k, d in mutations.items() if k in config}}
 
 
 def trial_dirname(trial) -> str:

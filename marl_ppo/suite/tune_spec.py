@@ -114,6 +114,20 @@ class Domain:
             return tune.choice(list(self.args))
         return getattr(tune, self.kind)(*self.args)
 
+    def to_pbt(self):
+        """The domain as a PBT mutation. Ray perturbs a search-space object (``tune.choice`` included) by
+        multiplying the current value by 0.8 or 1.2, which would leave a choice's values (or fail on
+        strings); a plain list is shifted to a neighbouring value or resampled, within the list."""
+        return list(self.args) if self.kind in ("choice", "grid") else self.to_tune()
+
+    def clip(self, value: Any) -> Any:
+        """A PBT-perturbed value brought back into the domain's range (Ray's ``* 1.2`` does not look at
+        the bounds: ``uniform: [0.9, 0.999]`` for ``gamma`` would reach 1.2); lists are left alone."""
+        if self.kind in ("choice", "grid"):
+            return value
+        low, high = self.args
+        return min(max(value, low), high - 1 if self.kind == "randint" else high)
+
     def override(self, value: Any) -> str:
         return f"{self.key}={flow(value)}"
 

@@ -176,7 +176,8 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
             "kind": "pbt",
             "perturbation_interval": 1,
             "quantile": 0.25,
-            "mutations": {"train.lr": {"choice": [1e-9, 3e-3, 1e-2]}},
+            # a continuous domain: every perturbation (x0.8 or x1.2, or a resample) changes the rate
+            "mutations": {"train.lr": {"loguniform": [1e-9, 1e-1]}},
         },
         num_samples=4,
         max_failures=0,
@@ -205,17 +206,47 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
     ]
     assert kept, f"Tune kept no checkpoint {file} of {donor}"
     assert (receiver.run_dir / "checkpoints" / file).read_bytes() in {k.read_bytes() for k in kept}
-    # the explored rate is recorded and logged from that frame on (where PBT changed it: it may keep a rate)
-    changed = 0
+    # the explored rate is recorded and logged from that frame on, within the domain
     for t, _, _, at in exploits:
         found = re.findall(
             rf"changed train\.lr: \S+ -> (\S+), in force from frame {at} ", (t.run_dir / "resume.log").read_text()
         )
-        if found:
-            changed += 1
-            assert dict(read_scalars(t.run_dir)["train/lr"])[at + 40] == pytest.approx(float(found[-1]))
-    assert changed, "no exploit changed the learning rate"
+        assert found, f"{t.name}: its exploit at frame {at} logged no changed rate"
+        assert 1e-9 <= float(found[-1]) <= 1e-1
+        assert dict(read_scalars(t.run_dir)["train/lr"])[at + 40] == pytest.approx(float(found[-1]))
     assert all(t.status == "finished" and t.frames == 200 for t in result.trials)
+
+
+def test_pbt_explores_a_choice_within_its_values_and_a_range_within_its_bounds():
+    """Ray multiplies a search-space object's value by 0.8 or 1.2 (a choice's too) and never clips: a
+    choice is handed to PBT as a list (shifted to a neighbour or resampled) and every perturbed value
+    is brought back into its domain."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from marl_ppo.suite.tune_runner import clip_to_domains
+    from marl_ppo.suite.tune_spec import Domain
+
+    domains = {
+        "model.activation": Domain.parse("model.activation", {"choice": ["tanh", "relu"]}, "m"),
+        "train.gamma": Domain.parse("train.gamma", {"uniform": [0.9, 0.999]}, "m"),
+        "train.epochs": Domain.parse("train.epochs", {"randint": [2, 8]}, "m"),
+        "train.lr": Domain.parse("train.lr", {"loguniform": [1e-5, 1e-3]}, "m"),
+    }
+    assert domains["model.activation"].to_pbt() == ["tanh", "relu"]
+    perturbed = {"model.activation": "relu", "train.gamma": 0.999 * 1.2, "train.epochs": 9, "train.lr": 8e-6}
+    assert clip_to_domains(domains, {**perturbed, "other": 1}) == {
+        "model.activation": "relu",
+        "train.gamma": 0.999,
+        "train.epochs": 7,
+        "train.lr": 1e-5,
+        "other": 1,
+    }
+    # Ray takes both as they are given
+    PopulationBasedTraining(
+        time_attr="frames",
+        hyperparam_mutations={k: d.to_pbt() for k, d in domains.items()},
+        custom_explore_fn=lambda c: clip_to_domains(domains, c),
+    )
 
 
 @pytest.mark.slow
