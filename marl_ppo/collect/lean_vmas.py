@@ -1,15 +1,13 @@
 """A lean collector for VMAS: the same batches as torchrl's ``Collector``, without its per-step overhead.
 
-Why it exists: on BenchMARL's navigation config (10 envs, 600 steps a batch) torchrl's
-``Collector`` around a ``VmasEnv`` took 1.4-1.7x the time of VMAS stepped directly with the same
-policy as plain torch modules (``examples/benchmarks/throughput.py``). Profiled, half of its time
-was outside VMAS and the policy's matmuls: the wrapper builds a ``TensorDict`` per agent per step
-and stacks them, ``step_mdp`` and the ``RewardSum`` transform copy the carrier, the policy's
-``TensorDictModule`` chain reads and writes nested keys and builds a ``TanhNormal`` (with its
-checks and transforms) every step, and the collector stacks 600 carriers at the end. This
-collector steps the VMAS simulator (``env._env``) directly, calls each actor's own network on
-plain tensors, samples as torchrl's distribution does (for a TanhNormal with the same tensor ops),
-keeps each step's tensors in lists and stacks each key once per batch: about the floor's speed.
+Why it exists: on BenchMARL's navigation config (10 envs, 600 steps a batch) torchrl's ``Collector``
+around a ``VmasEnv`` took 1.4-1.7x the time of VMAS stepped directly with the same policy as plain torch
+modules (``examples/benchmarks/throughput.py``). Half of its time was outside VMAS and the matmuls: a
+``TensorDict`` per agent per step, ``step_mdp`` and ``RewardSum`` copies, the policy's nested keys and a
+``TanhNormal`` (checks, transforms) built every step, 600 carriers stacked at the end. This collector steps
+the VMAS simulator (``env._env``) directly, calls each actor's own network on plain tensors, samples as
+torchrl's distribution does (for a TanhNormal with the same tensor ops), keeps each step's tensors in lists
+and stacks each key once per batch: about the floor's speed.
 
 It takes only the case it can reproduce exactly (else :func:`lean_vmas_collector` returns ``None``,
 :func:`lean_vmas_refusal` says why, and ``make_collector`` uses torchrl's ``Collector``): a ``VmasEnv`` on
@@ -18,7 +16,9 @@ adds (after the ``StepCounter`` of ``env.time_limit=truncate``, whose count, ``t
 reproduces), and a policy whose actors are each a network followed by one non-composite distribution.
 Resets call the same VMAS methods as torchrl's wrapper in the same order, so VMAS's random stream, the
 global one (the policy's samples) and every key, shape, dtype and value match: ``tests/collect/test_collectors.py``
-compares batches with torchrl's ``Collector`` over episode ends, partial resets and ``restart``.
+compares batches with torchrl's ``Collector`` over episode ends, partial resets and ``restart``. Its one host
+read a step is the done column: VMAS resets an env by its index, and its own step reads the host about 20-30
+times (asserts, collision culling; ``tests/core/test_host_reads.py``)
 
 >>> from marl_ppo import GroupRouter, read_group_specs
 >>> from marl_ppo.envs import EnvConfig, make_env
@@ -314,14 +314,14 @@ class LeanVmasCollector:
             out[g] = gd
         return out
 
-    def _reset_done(self, done: torch.Tensor, nxt: dict) -> dict:
+    def _reset_done(self, done: torch.Tensor, nxt: dict, ended: list[int]) -> dict:
         """The next step's root state: ``nxt`` where an env goes on, its reset where it was done (torchrl's
-        ``maybe_reset``: ``VmasEnv._reset`` then ``where(~reset, ...)``)."""
+        ``maybe_reset``: ``VmasEnv._reset`` then ``where(~reset, ...)``); ``ended``: those envs' indices."""
         mask = done.squeeze(-1)
-        if mask.all():
+        if len(ended) == self.n_envs:
             self.sim.reset(return_observations=False)
         else:
-            for i in mask.nonzero().squeeze(-1).tolist():
+            for i in ended:
                 self.sim.reset_at(i, return_observations=False)
         obs, dones, infos = self.sim.get_from_scenario(
             get_observations=True, get_infos=True, get_rewards=False, get_dones=True
@@ -374,10 +374,10 @@ class LeanVmasCollector:
             nexts.append(nxt)
             policy_outs.append(outs)
             traj.append(self.traj_ids)
-            if done.any():  # as torchrl's Collector: new trajectory ids for the envs that end here
-                self.state = self._reset_done(done, nxt)
-                mask = done.squeeze(-1)
-                self.traj_ids = self.traj_ids.masked_scatter(mask, self._new_traj_ids(int(mask.sum())))
+            ended = [i for i, d in enumerate(done.squeeze(-1).tolist()) if d]  # the one host read (reset_at(i))
+            if ended:  # as torchrl's Collector: new trajectory ids for the envs that end here
+                self.state = self._reset_done(done, nxt, ended)
+                self.traj_ids = self.traj_ids.masked_scatter(done.squeeze(-1), self._new_traj_ids(len(ended)))
             else:  # step_mdp: the next state becomes the root (its reward is not read there)
                 self.state = nxt
         return self._stack(roots, nexts, policy_outs, traj)

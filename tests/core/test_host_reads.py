@@ -96,3 +96,49 @@ def test_the_counter_sees_torchrls_tanh_normal_reads():
     with HostReads() as reads:
         TanhNormal(loc, scale, low=-torch.ones(2), high=torch.ones(2))
     assert reads.total >= 1
+
+
+@pytest.mark.parametrize("seeds", [1, 3], ids=["one-run", "three-seeds"])
+def test_the_lean_vmas_collector_reads_the_host_once_per_step(seeds):
+    """Balance episodes end at different steps in different envs (VMAS resets them one by one): the
+    collector's only read is each step's done column (VMAS's ``reset_at`` takes an env index), not a
+    ``done.any()``, a ``mask.all()``, the indices and a count as before. The same with three seeds'
+    policies stacked over one simulator (``train.seeds``). VMAS's own step reads the host too (its
+    action asserts and collision culling: about 29 reads a step here), which no collector can avoid."""
+    from marl_ppo.collect.lean_vmas import lean_vmas_collector
+    from marl_ppo.config import load_config
+    from marl_ppo.envs import make_env
+    from marl_ppo.run.build import build
+
+    cfg = load_config(
+        overrides=[
+            "env.scenario=balance",
+            "env.kwargs={}",
+            "env.num_envs=6",
+            "env.max_steps=60",
+            "model.hidden=[16]",
+            f"train.seeds={list(range(seeds))}",
+        ]
+    )
+    if seeds == 1:
+        parts = build(cfg)
+        env, policy = parts.env, parts.router.policy
+    else:
+        from marl_ppo.core.seeds import SeedStack
+        from marl_ppo.run.seeds import seed_config, seed_policy
+
+        routers = [build(seed_config(cfg, s)).router for s in range(seeds)]
+        env, policy = make_env(cfg.env, seed=0, num_envs=seeds * 6), seed_policy(SeedStack(routers))
+    steps = 60
+    collector = lean_vmas_collector(env, policy, frames_per_batch=steps * seeds * 6, total_frames=-1)
+    assert collector is not None
+    try:
+        with HostReads() as reads:
+            batch = next(iter(collector))
+    finally:
+        collector.shutdown()
+    done = batch.get(("next", "done")).squeeze(-1)
+    assert (done.any(0) & ~done.all(0)).any()  # some steps reset some envs, not all
+    ours = {line: n for line, n in reads.lines.items() if "/marl_ppo/" in line}
+    assert sum(ours.values()) == steps and len(ours) == 1, ours
+    assert reads.total > steps  # the counter sees VMAS's own reads
