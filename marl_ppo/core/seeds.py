@@ -49,8 +49,6 @@ def seed_refusal(router: GroupRouter) -> str | None:
             return f"group {g!r} has an action mask (torchrl's masked-categorical entropy branches on its values)"
         if spec.is_composite_action:
             return f"group {g!r} has a composite action (its per-head log-ratio is a tensordict op vmap cannot batch)"
-    if any(isinstance(m, MultiAgentNetBase) for m in router.modules()):
-        return "model.share_params=false (torchrl's MultiAgentMLP runs its own vmap over per-agent parameters)"
     if any(isinstance(m, PopArtValueNorm) for m in router.modules()):
         return "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
     return None
@@ -88,13 +86,18 @@ class SeedStack:
                 stacked[ident] = _stacked([td.get(key) for td in per_seed])
             self.params.set(key, stacked[ident])
         self.params.batch_size = [self.seeds]
+        for name, module in self.template.named_modules(remove_duplicate=False):
+            if isinstance(module, MultiAgentNetBase):  # its per-agent TensorDictParams keeps its batch [n_agents]
+                self.params.get((*name.split("."), "params")).batch_size = [self.seeds, *module.params.batch_size]
         self.trainable = [t for t in stacked.values() if isinstance(t, nn.Parameter) and t.requires_grad]
         self._stacked = stacked
 
-    def stacked_of(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        """The stacked tensors of a module of the template (its parameters and buffers, by their names in it)."""
-        own = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers(remove_duplicate=False))
-        return {name: self._stacked[id(t)] for name, t in own.items()}
+    def stacked_of(self, module: nn.Module) -> TensorDictBase:
+        """The stacked tensors of a module of the template, ``[S]``: ``stacked_of(m)[s].to_module(m)`` is seed s's."""
+        for name, own in self.template.named_modules():
+            if own is module:
+                return self.params.get(tuple(name.split("."))) if name else self.params
+        raise ValueError(f"{type(module).__name__} is not a module of the template router")
 
     @contextlib.contextmanager
     def seed(self, s: int) -> Iterator[GroupRouter]:

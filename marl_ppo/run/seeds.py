@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, TensorDictSequential
 from torch import nn
 
@@ -92,17 +93,18 @@ class SeedNet(nn.Module):
     """A template network run with every seed's stacked parameters, seed ``s`` on env copies ``[s E, (s + 1) E)``:
     one vmapped call for all seeds."""
 
-    def __init__(self, net: nn.Module, params: dict[str, torch.Tensor], seeds: int) -> None:
+    def __init__(self, net: nn.Module, params: TensorDictBase, seeds: int) -> None:
         super().__init__()
-        self._net, self.params, self.seeds = (net,), params, seeds  # the template's: not registered twice
+        self._net, self._params, self.seeds = (net,), (params,), seeds  # the template's: not registered twice
 
     def forward(self, x: torch.Tensor):
         def run(params, x):
-            return torch.func.functional_call(self._net[0], params, (x,))
+            with params.to_module(self._net[0]):  # (torchrl's per-agent networks keep their TensorDictParams)
+                return self._net[0](x)
 
         if self.seeds == 1:
-            return run({k: v[0] for k, v in self.params.items()}, x)
-        out = torch.vmap(run)(self.params, x.reshape(self.seeds, -1, *x.shape[1:]))
+            return run(self._params[0][0], x)
+        out = torch.vmap(run)(self._params[0], x.reshape(self.seeds, -1, *x.shape[1:]))
         if isinstance(out, torch.Tensor):
             return out.reshape(-1, *out.shape[2:])
         return tuple(y.reshape(-1, *y.shape[2:]) for y in out)  # (loc, scale) of a continuous head
