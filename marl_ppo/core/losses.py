@@ -33,7 +33,12 @@ from typing import Any
 
 import torch
 from tensordict import is_tensor_collection
-from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
+from torchrl.modules.distributions import (
+    IndependentNormal,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    OneHotCategorical,
+)
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
@@ -51,13 +56,17 @@ OVERRIDDEN = {
 
 # closed-form entropies that are finite whenever the distribution's parameters are: our tanh-normal
 # (a quadrature of finite terms), the normal (log of a positive scale), categoricals (torchrl's and
-# torch's clamp the logits). Masked categoricals keep torchrl's check.
+# torch's clamp the logits). torchrl's masked categoricals are finite for any logits: their entropy
+# fills masked and non-finite logits with the dtype's minimum before normalising (a row with no legal
+# action, or NaN logits, gives 0), so torchrl's check of it could never choose its fallback.
 _FINITE_ENTROPY = (
     StableTanhNormal,
     IndependentNormal,
     MultiCategorical,
     OneHotCategorical,
     torch.distributions.Categorical,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
 )
 
 

@@ -45,8 +45,6 @@ def seed_refusal(router: GroupRouter) -> str | None:
     if router.recurrent_keys:
         return "a recurrent model (torch.vmap has no batching rule for the GRU/LSTM kernels)"
     for g, spec in router.groups.items():
-        if spec.action_mask_key is not None:
-            return f"group {g!r} has an action mask (torchrl's masked-categorical entropy branches on its values)"
         if spec.is_composite_action:
             return f"group {g!r} has a composite action (its per-head log-ratio is a tensordict op vmap cannot batch)"
     if any(isinstance(m, PopArtValueNorm) for m in router.modules()):

@@ -80,6 +80,23 @@ def test_no_host_read_in_a_policy_step_or_a_gradient_step(continuous, entropy_co
         assert reads.total == 0, f"{what}: host reads at {dict(reads.lines)}"
 
 
+def test_no_host_read_in_a_masked_turn_based_gradient_step():
+    """Tic-tac-toe's action masks: torchrl's check of the masked entropy (a read per minibatch) is skipped, as
+    that entropy is finite for any logits."""
+    from marl_ppo.config import load_config
+    from marl_ppo.run.build import build
+
+    parts = build(load_config("tictactoe_two_groups", overrides=["env.num_envs=2", "loss.entropy_coeff=0.01"]))
+    with torch.no_grad():
+        batch = parts.reward_table(parts.env.rollout(12, parts.policy, break_when_any_done=False))
+    parts.env.close()
+    parts.router.compute_advantages(batch)
+    minibatch = batch.reshape(-1)[:16]
+    with HostReads() as reads:
+        parts.step(parts.router(minibatch))
+    assert reads.total == 0, dict(reads.lines)
+
+
 def test_the_update_reads_the_host_once_per_epoch_on_an_accelerator():
     """``check_each_step=False`` (an accelerator's default): the finiteness of the epoch's losses only."""
     router, batch = _router_and_batch(True, 0.0)

@@ -36,7 +36,12 @@ def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():
     import torch
     from torch.distributions import Categorical
     from torchrl.envs.libs.vmas import VmasEnv
-    from torchrl.modules.distributions import IndependentNormal, OneHotCategorical
+    from torchrl.modules.distributions import (
+        IndependentNormal,
+        MaskedCategorical,
+        MaskedOneHotCategorical,
+        OneHotCategorical,
+    )
 
     from marl_ppo import read_group_specs
     from marl_ppo.core.losses import _FINITE_ENTROPY
@@ -54,6 +59,15 @@ def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():
         OneHotCategorical(logits=logits),
         Categorical(logits=logits),
     ]
+    mask = torch.rand(5, 3, 6) > 0.4
+    mask[0, 0] = False  # a row without a legal action
+    mask[0, 1] = True
+    nan = torch.zeros(5, 3, 6)
+    nan[1] = float("nan")
+    nan_logits = logits + nan  # torchrl's fallback would fire only here, were the entropy not finite
+    for cls in (MaskedCategorical, MaskedOneHotCategorical):
+        dists += [cls(logits=logits, mask=mask), cls(logits=nan_logits, mask=mask)]
+    assert dists[-1].entropy().isfinite().all()
     assert {type(d) for d in dists} == set(_FINITE_ENTROPY)
     for trained in (True, False):
         loss._entropy_trained = trained

@@ -28,6 +28,13 @@ CASES = {
     "ippo": ["loss.algorithm=ippo"],
     "unshared-ippo": ["loss.algorithm=ippo", "model.share_params=false"],
     "unshared-mappo": ["model.share_params=false"],
+    "masked-turns": [
+        "env.kind=pettingzoo",
+        "env.scenario=tictactoe_v3",
+        "env.continuous_actions=false",
+        "env.kwargs={}",
+        "loss.entropy_coeff=0.01",
+    ],
     "value-norm-running": ["loss.value_norm=running", "loss.normalize_advantage=true"],
     "two-groups": ["env.scenario=simple_tag", "env.kwargs={}", "loss.entropy_coeff=0.01"],
     "clipped-gradients": ["train.max_grad_norm=0.05"],
@@ -148,7 +155,6 @@ def test_one_seeds_clip_does_not_scale_anothers_gradient():
     "overrides, words",
     [
         (["model.kind=gru"], ["recurrent model"]),
-        (["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.continuous_actions=false"], ["action mask"]),
         (["loss.value_norm=popart"], ["popart"]),
         (["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"], ["composite action"]),
     ],

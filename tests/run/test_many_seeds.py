@@ -66,10 +66,6 @@ def test_the_same_seeds_give_the_same_group_bit_for_bit(tiny_config, tmp_path):
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (
-            ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.continuous_actions=false", "env.kwargs={}"],
-            ["action mask"],
-        ),
         (["env.kind=custom", "env.factory=tests/envs/custom_envs.py:make_depot"], ["env.kind=custom"]),
         (["model.kind=gru"], ["recurrent model"]),
         (["loss.value_norm=popart"], ["popart"]),
@@ -129,15 +125,14 @@ def test_each_seeds_entropy_schedule_reaches_the_stacked_update(tiny_config, tmp
         assert stacked.tolist() == pytest.approx([0.1 * 0.5])  # what a third update would use
 
 
-def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys):
-    """MPE simple_spread through PettingZoo: 2 seeds on 2 x 4 env copies (torchrl's collector), two single-run
-    directories whose policies differ."""
+@pytest.mark.parametrize("config", ["simple_spread", "tictactoe_two_groups"])
+def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys, config):
+    """MPE simple_spread, and tic-tac-toe (turns, action masks, two groups), through PettingZoo: 2 seeds on
+    2 x 4 env copies (torchrl's collector), two single-run directories whose policies differ."""
     overrides = ["env.num_envs=4", "train.frames_per_batch=200", "train.total_frames=400", "train.minibatch_size=100"]
     overrides += ["train.num_epochs=1", "model.hidden=[16]", "log.plot=false", "log.eval_episodes=2"]
-    assert (
-        main(["train", "simple_spread", *overrides, "train.seeds=[0,1]", f"log.root={tmp_path}", "log.name=mpe"]) == 0
-    )
-    runs = [tmp_path / f"mpe-seed{s}" for s in (0, 1)]
+    assert main(["train", config, *overrides, "train.seeds=[0,1]", f"log.root={tmp_path}", "log.name=pz"]) == 0
+    runs = [tmp_path / f"pz-seed{s}" for s in (0, 1)]
     for s, run in enumerate(runs):
         summary = json.loads((run / "summary.json").read_text())
         assert summary["frames"] == 400 and "2 seeds in one process" in summary["collector"]
