@@ -44,9 +44,6 @@ def seed_refusal(router: GroupRouter) -> str | None:
     """Why ``router`` cannot be stacked over seeds yet (``None``: it can)."""
     if router.recurrent_keys:
         return "a recurrent model (torch.vmap has no batching rule for the GRU/LSTM kernels)"
-    for g, spec in router.groups.items():
-        if spec.is_composite_action:
-            return f"group {g!r} has a composite action (its per-head log-ratio is a tensordict op vmap cannot batch)"
     if any(isinstance(m, PopArtValueNorm) for m in router.modules()):
         return "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
     return None
@@ -88,6 +85,9 @@ class SeedStack:
             if isinstance(module, MultiAgentNetBase):  # its per-agent TensorDictParams keeps its batch [n_agents]
                 self.params.get((*name.split("."), "params")).batch_size = [self.seeds, *module.params.batch_size]
         self.trainable = [t for t in stacked.values() if isinstance(t, nn.Parameter) and t.requires_grad]
+        # a composite action's log-ratio is a TensorDict subtraction, torch._foreach_sub, which has no vmap
+        # batching rule: such a router's losses run seed by seed (collection and everything else stay stacked)
+        self.looped = any(spec.is_composite_action for spec in self.template.groups.values())
         self._stacked = stacked
 
     def stacked_of(self, module: nn.Module) -> TensorDictBase:
@@ -121,6 +121,8 @@ class SeedStack:
         """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each."""
         if self.seeds == 1:  # no vmap to pay for (its overhead is a third of a small update)
             return self._losses(self.params[0], minibatch[0]).unsqueeze(0)
+        if self.looped:  # one loss call per seed, on its slices of the stack (gradients reach the stack)
+            return torch.stack([self._losses(self.params[s], minibatch[s]) for s in range(self.seeds)])
         return torch.vmap(self._losses, (0, 0), randomness="error")(self.params, minibatch)
 
     def state_dict(self, s: int) -> dict[str, torch.Tensor]:

@@ -28,6 +28,7 @@ CASES = {
     "ippo": ["loss.algorithm=ippo"],
     "unshared-ippo": ["loss.algorithm=ippo", "model.share_params=false"],
     "unshared-mappo": ["model.share_params=false"],
+    "composite": ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}", "loss.entropy_coeff=0.01"],
     "masked-turns": [
         "env.kind=pettingzoo",
         "env.scenario=tictactoe_v3",
@@ -156,7 +157,6 @@ def test_one_seeds_clip_does_not_scale_anothers_gradient():
     [
         (["model.kind=gru"], ["recurrent model"]),
         (["loss.value_norm=popart"], ["popart"]),
-        (["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"], ["composite action"]),
     ],
 )
 def test_what_cannot_be_stacked_yet_is_refused_with_the_reason(overrides, words):

@@ -140,19 +140,22 @@ def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys, config
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("share", ["true", "false"], ids=["shared", "unshared"])
-def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, share):
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["model.share_params=false"], ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"]],
+    ids=["shared", "unshared", "composite"],
+)
+def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, extra):
     """6 iterations, checkpoints every 3, a crash after iteration 4; `--resume` of seed 1's directory resumes
     both seeds from their checkpoints and ends where the uninterrupted group ends, bit for bit (with one
-    network for all agents, and each agent its own)."""
+    network for all agents, each agent its own, and a composite action, whose losses run seed by seed)."""
     from marl_ppo.config import load_config
     from tests.run.test_recovery import FPB, TINY, assert_same_state, comparable, crash_after_logging
 
+    tiny = [o for o in TINY if "n_agents" not in o] if extra[-1:] == ["env.kwargs={}"] else TINY
+
     def config(root):
-        return load_config(
-            None,
-            overrides=[*TINY, "train.seeds=[0,1]", f"model.share_params={share}", f"log.root={root}", "log.name=g"],
-        )
+        return load_config(None, overrides=[*tiny, "train.seeds=[0,1]", *extra, f"log.root={root}", "log.name=g"])
 
     SeedsTrainer(config(tmp_path / "straight")).fit()
     crash_after_logging(monkeypatch, 4, FPB)
@@ -166,26 +169,34 @@ def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, 
         assert comparable(resumed) == comparable(straight)
 
 
-@pytest.mark.parametrize("share", [True, False], ids=["shared", "unshared"])
-def test_the_seeds_collection_policy_acts_as_each_seeds_own(share):
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["model.share_params=false"], ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"]],
+    ids=["shared", "unshared", "composite"],
+)
+def test_the_seeds_collection_policy_acts_as_each_seeds_own(overrides):
     """Seed s's env copies get exactly the distribution parameters its single run's actor gives them, with
-    one network for all agents or each agent its own (``model.share_params=false``)."""
+    one network for all agents, each agent its own (``model.share_params=false``), or a composite action
+    (VMAS's communication: a move and a message head)."""
     from marl_ppo.config import load_config
     from marl_ppo.core.seeds import SeedStack
     from marl_ppo.run.seeds import seed_policy
 
-    cfg = load_config(overrides=["env.num_envs=4", "model.hidden=[16]", f"model.share_params={str(share).lower()}"])
+    cfg = load_config(overrides=["env.num_envs=4", "model.hidden=[16]", *overrides])
     parts = [build(seed_config(cfg, s)) for s in range(3)]
     routers = [p.router for p in parts]
     policy = seed_policy(SeedStack([copy.deepcopy(r) for r in routers]))
-    obs = parts[0].env.reset()["agents", "observation"].repeat(3, 1, 1)  # [3 seeds x 4 envs, agents, obs]
-    obs = obs + torch.randn_like(obs)
+    first = parts[0].env.reset()
     for p in parts:
         p.env.close()
-    seeded = policy.module[0].module[0].module  # the group's network, run by SeedNet
-    out = seeded(obs)
-    for s, router in enumerate(routers):
-        own = router.policy.module[0].module[0].module(obs[s * 4 : (s + 1) * 4])
-        for got, want in zip(out, own, strict=True):
-            torch.testing.assert_close(got[s * 4 : (s + 1) * 4], want, rtol=0, atol=1e-6)
-    assert not torch.allclose(out[0][:4], out[0][4:8])  # the seeds' networks differ
+    for actor, group in zip(policy.module, routers[0].groups, strict=True):
+        obs = first[group, "observation"].repeat(3, 1, 1)  # [3 seeds x 4 envs, agents, obs]
+        obs = obs + torch.randn_like(obs)
+        out = actor.module[0].module(obs)  # the group's network, run by SeedNet
+        out = (out,) if isinstance(out, torch.Tensor) else out
+        for s, router in enumerate(routers):
+            own = router.policy.module[list(router.groups).index(group)].module[0].module(obs[s * 4 : (s + 1) * 4])
+            own = (own,) if isinstance(own, torch.Tensor) else own
+            for got, want in zip(out, own, strict=True):
+                torch.testing.assert_close(got[s * 4 : (s + 1) * 4], want, rtol=0, atol=1e-6)
+        assert not torch.allclose(out[0][:4], out[0][4:8])  # the seeds' networks differ
