@@ -5,7 +5,8 @@ stacked ``[S, ...]``; a parameter that two paths of a router share (an actor rea
 and from the router's policy, a critic two groups share) stays one stacked tensor. The router of
 the first seed is the *template*: every call puts the stacked tensors into it (tensordict's
 ``to_module``) and runs it under ``torch.vmap`` over the seed dim, so each seed's losses, advantage
-standardisation and diagnostics are its own, computed by torchrl's loss as in a single run.
+standardisation and diagnostics are its own, computed by torchrl's loss as in a single run (seed by
+seed where vmap has no batching rule: composite actions, GRU/LSTM).
 
 :class:`SeedStep` is the single run's :class:`~marl_ppo.core.aggregate.AggregatedStep` per seed: one
 backward of the seeds' summed losses (their parameters are disjoint, so each seed's gradient is its
@@ -31,19 +32,17 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
-from torchrl.modules import MultiAgentNetBase, PopArtValueNorm
+from torchrl.modules import MultiAgentNetBase, PopArtValueNorm, set_recurrent_mode
 
 from marl_ppo.core.aggregate import total_loss
 from marl_ppo.core.router import GroupRouter
-from marl_ppo.core.update import TrainingError, update_keys
+from marl_ppo.core.update import TrainingError, sequence_chunks, update_keys
 
 __all__ = ["SeedStack", "SeedStep", "seeds_update", "clip_per_seed", "seed_refusal"]
 
 
 def seed_refusal(router: GroupRouter) -> str | None:
     """Why ``router`` cannot be stacked over seeds yet (``None``: it can)."""
-    if router.recurrent_keys:
-        return "a recurrent model (torch.vmap has no batching rule for the GRU/LSTM kernels)"
     if any(isinstance(m, PopArtValueNorm) for m in router.modules()):
         return "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
     return None
@@ -85,9 +84,10 @@ class SeedStack:
             if isinstance(module, MultiAgentNetBase):  # its per-agent TensorDictParams keeps its batch [n_agents]
                 self.params.get((*name.split("."), "params")).batch_size = [self.seeds, *module.params.batch_size]
         self.trainable = [t for t in stacked.values() if isinstance(t, nn.Parameter) and t.requires_grad]
-        # a composite action's log-ratio is a TensorDict subtraction, torch._foreach_sub, which has no vmap
-        # batching rule: such a router's losses run seed by seed (collection and everything else stay stacked)
-        self.looped = any(spec.is_composite_action for spec in self.template.groups.values())
+        # torch.vmap has no batching rule for a composite action's log-ratio (a TensorDict subtraction,
+        # torch._foreach_sub) nor for the GRU/LSTM kernels: such a router's losses run seed by seed
+        composite = any(spec.is_composite_action for spec in self.template.groups.values())
+        self.looped = composite or bool(self.template.recurrent_keys)
         self._stacked = stacked
 
     def stacked_of(self, module: nn.Module) -> TensorDictBase:
@@ -255,9 +255,11 @@ def seeds_update(
     num_epochs: int,
     minibatch_size: int,
     generators: Sequence[torch.Generator],
+    seq_len: int | None = None,
 ) -> TensorDictBase:
     """PPO epochs for every seed at once: ``batch`` ``[S, ...]`` (advantages computed), seed ``s``'s minibatch
     order drawn from ``generators[s]`` as :func:`~marl_ppo.core.update.ppo_update` draws a single run's.
+    A recurrent router's samples are each seed's chunks of ``seq_len`` steps (``batch`` ``[S, envs, T]``).
 
     Returns each seed's diagnostics averaged over its minibatches (``[S]`` entries, ``loss`` and
     ``grad_norm`` too). Raises :class:`~marl_ppo.core.update.TrainingError` only when every seed failed.
@@ -265,7 +267,16 @@ def seeds_update(
     seeds = stack.seeds
     if len(generators) != seeds:
         raise ValueError(f"one generator per seed: {seeds} seeds, {len(generators)} generators")
-    flat = batch.select(*update_keys(stack.template)).reshape(seeds, -1)
+    selected = batch.select(*update_keys(stack.template))
+    recurrent = bool(stack.template.recurrent_keys)
+    if recurrent:  # each seed's chunks, as ppo_update cuts a single run's [envs, T]
+        if seq_len is None:
+            raise ValueError("the router has recurrent modules: seeds_update needs seq_len (model.seq_len)")
+        flat = torch.stack([sequence_chunks(selected[s], seq_len) for s in range(seeds)])
+        minibatch_size = max(minibatch_size // seq_len, 1)
+    else:
+        flat = selected.reshape(seeds, -1)
+    mode = (lambda: set_recurrent_mode(True)) if recurrent else contextlib.nullcontext
     n = flat.shape[1]
     n_minibatches = max(n // minibatch_size, 1)
     rows = torch.arange(seeds, device=flat.device).unsqueeze(1)
@@ -275,7 +286,8 @@ def seeds_update(
         logged = []
         for i in range(n_minibatches):
             index = perms[:, i * minibatch_size : (i + 1) * minibatch_size]
-            losses = stack(flat[rows, index])
+            with mode():
+                losses = stack(flat[rows, index])
             stats = step(losses)
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])

@@ -16,7 +16,7 @@ from torchrl.modules import set_recurrent_mode
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
 
-__all__ = ["ppo_update", "update_keys", "TrainingError", "StopRequested"]
+__all__ = ["ppo_update", "update_keys", "sequence_chunks", "TrainingError", "StopRequested"]
 
 
 class TrainingError(RuntimeError):
@@ -50,7 +50,7 @@ def update_keys(router: GroupRouter) -> list:
     return sorted(keys, key=str)
 
 
-def _sequence_chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
+def sequence_chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
     """``[envs, T]`` -> ``[envs * T / seq_len, seq_len]``: each env's steps cut into chunks, in time order."""
     if batch.ndim != 2:
         raise ValueError(f"a recurrent update reads a batch [envs, time]; got batch size {list(batch.shape)}")
@@ -91,7 +91,7 @@ def ppo_update(
     if recurrent:
         if seq_len is None:
             raise ValueError("the router has recurrent modules: ppo_update needs seq_len (model.seq_len)")
-        flat = _sequence_chunks(selected, seq_len)
+        flat = sequence_chunks(selected, seq_len)
         minibatch_size = max(minibatch_size // seq_len, 1)
     else:
         flat = selected.reshape(-1)

@@ -36,7 +36,12 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, TensorDictSequential
+from tensordict.nn import (
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+)
 from torch import nn
 
 from marl_ppo.collect.collectors import make_collector
@@ -44,6 +49,7 @@ from marl_ppo.config import Config
 from marl_ppo.core.seeds import SeedStack, SeedStep, seed_refusal, seeds_update
 from marl_ppo.core.update import TrainingError
 from marl_ppo.envs import make_env
+from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import build, seed_everything
 from marl_ppo.run.checkpoints import load_checkpoint, rng_state
@@ -51,7 +57,7 @@ from marl_ppo.run.directory import note
 from marl_ppo.run.resume import restart_episodes
 from marl_ppo.run.trainer import Trainer
 
-__all__ = ["SeedNet", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds", "resume_group", "GROUP_FILE"]
+__all__ = ["SeedNet", "SeedLoop", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds", "resume_group", "GROUP_FILE"]
 
 GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
@@ -110,9 +116,31 @@ class SeedNet(nn.Module):
         return tuple(y.reshape(-1, *y.shape[2:]) for y in out)  # (loc, scale) of a continuous head
 
 
-def seed_policy(stack: SeedStack) -> TensorDictSequential:
+class SeedLoop(TensorDictModuleBase):
+    """The template router's whole policy run seed by seed, seed ``s`` on env copies ``[s E, (s + 1) E)`` with its
+    own tensors: the collection policy of a recurrent router (torch.vmap has no batching rule for GRU/LSTM)."""
+
+    def __init__(self, stack: SeedStack) -> None:
+        super().__init__()
+        self._stack = (stack,)  # the template's modules: not registered twice
+        self.in_keys, self.out_keys = list(stack.template.policy.in_keys), list(stack.template.policy.out_keys)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        stack = self._stack[0]
+        n = td.shape[0] // stack.seeds
+        outs = []
+        for s in range(stack.seeds):
+            with stack.seed(s) as router:
+                outs.append(router.policy(td[s * n : (s + 1) * n].clone(False)))
+        return td.update(torch.cat(outs))
+
+
+def seed_policy(stack: SeedStack) -> TensorDictModuleBase:
     """The collection policy of all seeds: each group's actor with its network run by :class:`SeedNet` (the lean
-    VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run)."""
+    VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run);
+    a recurrent router's policy seed by seed (:class:`SeedLoop`)."""
+    if stack.template.recurrent_keys:
+        return SeedLoop(stack)
     actors = []
     for g in stack.template.groups:
         net, dist = stack.template.losses[g].actor_network.module
@@ -172,6 +200,7 @@ class SeedsTrainer:
         seed_everything(seeds[0])
         self.envs = cfg.env.num_envs
         self.env = make_env(cfg.env, seed=seeds[0], num_envs=len(seeds) * self.envs)
+        prime_env(self.env, state_spec(self.stack.template.policy))  # a recurrent model's stored states
         self.policy = seed_policy(self.stack)
 
     @property
@@ -213,6 +242,7 @@ class SeedsTrainer:
                     num_epochs=cfg.train.num_epochs,
                     minibatch_size=cfg.train.minibatch_size,
                     generators=[t.state.generator for t in self.trainers],
+                    seq_len=cfg.model.seq_len if self.stack.template.recurrent_keys else None,
                 )
                 t_update = time.perf_counter() - t1
                 for s, trainer in enumerate(self.trainers):

@@ -28,6 +28,8 @@ CASES = {
     "ippo": ["loss.algorithm=ippo"],
     "unshared-ippo": ["loss.algorithm=ippo", "model.share_params=false"],
     "unshared-mappo": ["model.share_params=false"],
+    "gru": ["model.kind=gru", "model.seq_len=4", "loss.value_norm=running"],
+    "lstm-ippo": ["model.kind=lstm", "model.seq_len=4", "loss.algorithm=ippo"],
     "composite": ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}", "loss.entropy_coeff=0.01"],
     "masked-turns": [
         "env.kind=pettingzoo",
@@ -67,7 +69,10 @@ def _single(parts, batch, s: int):
     step = AggregatedStep(router, lr=cfg_step.optimizer.param_groups[0]["lr"], max_grad_norm=cfg_step.max_grad_norm)
     batch = router.compute_advantages(batch.clone())
     generator = torch.Generator().manual_seed(1000 + s)
-    stats = ppo_update(router, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generator=generator)
+    seq_len = 4 if router.recurrent_keys else None
+    stats = ppo_update(
+        router, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generator=generator, seq_len=seq_len
+    )
     return router, step, stats
 
 
@@ -79,7 +84,10 @@ def _stacked(runs):
     )
     batch = stack.compute_advantages(torch.stack([b for _, b in runs]))
     generators = [torch.Generator().manual_seed(1000 + s) for s in range(len(runs))]
-    stats = seeds_update(stack, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generators=generators)
+    seq_len = 4 if stack.template.recurrent_keys else None
+    stats = seeds_update(
+        stack, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generators=generators, seq_len=seq_len
+    )
     return stack, step, stats
 
 
@@ -155,7 +163,6 @@ def test_one_seeds_clip_does_not_scale_anothers_gradient():
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["model.kind=gru"], ["recurrent model"]),
         (["loss.value_norm=popart"], ["popart"]),
     ],
 )

@@ -14,7 +14,7 @@ from torch.testing import assert_close
 from torchrl.modules import set_recurrent_mode
 
 from marl_ppo.config import ConfigError, load_config
-from marl_ppo.core.update import _sequence_chunks, update_keys
+from marl_ppo.core.update import sequence_chunks, update_keys
 from marl_ppo.models.recurrent import state_keys as recurrent_state_keys
 from marl_ppo.run.build import build, build_collector
 
@@ -77,7 +77,7 @@ def test_replayed_chunks_reproduce_the_collected_log_probs(kind, extra):
     by as much, 3e-6: float32 rounding of batched matmuls; the exact check is the float64 test
     below). Replayed from zero states instead, the log-probs differ by far more."""
     _, parts, batch = _collected(kind, *extra)
-    chunks = _sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
+    chunks = sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
     inside = _crossing(chunks)
     actor = parts.router.losses[G].actor_network
     with torch.no_grad():
@@ -99,7 +99,7 @@ def test_chunk_replay_equals_stepping_in_float64(kind):
     log-probs of stepping through it one step at a time from its first stored state, with the
     state zeroed at every episode start (what collection does). Agrees to 1e-10."""
     _, parts, batch = _collected(kind)
-    chunks = _sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
+    chunks = sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
     chunks = chunks[_crossing(chunks)].apply(lambda t: t.double() if t.is_floating_point() else t)
     actor = parts.router.losses[G].actor_network.double()
     state_keys = recurrent_state_keys(actor)[:-1]  # the actor's own: hidden (and cell for an LSTM)
@@ -169,7 +169,7 @@ def test_first_minibatch_ratio_is_one_through_the_loss(case, kind):
     batch = parts.reward_table(next(iter(collector)))
     collector.shutdown()
     parts.router.compute_advantages(batch)
-    chunks = _sequence_chunks(batch.select(*update_keys(parts.router)), cfg.model.seq_len)
+    chunks = sequence_chunks(batch.select(*update_keys(parts.router)), cfg.model.seq_len)
     with set_recurrent_mode(True):
         losses = parts.router(chunks[: cfg.train.minibatch_size // cfg.model.seq_len])
     kls = {k: float(v) for k, v in losses.items(True, True) if k[-1] in ("kl_approx", "clip_fraction")}
@@ -179,7 +179,7 @@ def test_first_minibatch_ratio_is_one_through_the_loss(case, kind):
 
 def test_gradients_flow_through_time_inside_a_chunk_and_stop_at_an_episode_start():
     _, parts, batch = _collected("gru")
-    chunks = _sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
+    chunks = sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)
     is_init = chunks.get("is_init").squeeze(-1)
     row = int(is_init[:, 2:-2].any(-1).nonzero()[0])  # an episode start well inside the chunk
     start = int(is_init[row, 2:-2].nonzero()[0]) + 2
@@ -202,7 +202,7 @@ def test_gradients_flow_through_time_inside_a_chunk_and_stop_at_an_episode_start
 @pytest.mark.parametrize("recurrent", [True, False], ids=["chunks", "step-by-step"])
 def test_agents_and_envs_never_share_a_hidden_state(recurrent):
     _, parts, batch = _collected("gru")
-    chunks = _sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)[:4]
+    chunks = sequence_chunks(batch.select(*update_keys(parts.router)), SEQ)[:4]
     actor = parts.router.losses[G].actor_network
     perturbed = chunks.clone()
     obs = perturbed.get((G, "observation")).clone()

@@ -67,7 +67,6 @@ def test_the_same_seeds_give_the_same_group_bit_for_bit(tiny_config, tmp_path):
     "overrides, words",
     [
         (["env.kind=custom", "env.factory=tests/envs/custom_envs.py:make_depot"], ["env.kind=custom"]),
-        (["model.kind=gru"], ["recurrent model"]),
         (["loss.value_norm=popart"], ["popart"]),
         (["train.collector.backend=process"], ["train.collector.backend=process"]),
         (["train.seeds=[1,1]"], ["train.seeds must be different seeds", "[1, 1]"]),
@@ -142,13 +141,18 @@ def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys, config
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["model.share_params=false"], ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"]],
-    ids=["shared", "unshared", "composite"],
+    [
+        [],
+        ["model.share_params=false"],
+        ["model.kind=gru", "model.seq_len=5"],
+        ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"],
+    ],
+    ids=["shared", "unshared", "gru", "composite"],
 )
 def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, extra):
     """6 iterations, checkpoints every 3, a crash after iteration 4; `--resume` of seed 1's directory resumes
     both seeds from their checkpoints and ends where the uninterrupted group ends, bit for bit (with one
-    network for all agents, each agent its own, and a composite action, whose losses run seed by seed)."""
+    network for all agents, each agent its own, a GRU and a composite action, whose losses run seed by seed)."""
     from marl_ppo.config import load_config
     from tests.run.test_recovery import FPB, TINY, assert_same_state, comparable, crash_after_logging
 
@@ -200,3 +204,34 @@ def test_the_seeds_collection_policy_acts_as_each_seeds_own(overrides):
             for got, want in zip(out, own, strict=True):
                 torch.testing.assert_close(got[s * 4 : (s + 1) * 4], want, rtol=0, atol=1e-6)
         assert not torch.allclose(out[0][:4], out[0][4:8])  # the seeds' networks differ
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_recurrent_seeds_collection_policy_acts_as_each_seeds_own(kind):
+    """Seed by seed (``SeedLoop``): seed s's env copies get its single run's actions (deterministic) and next
+    hidden states, from states that differ per env."""
+    from tensordict.nn import set_interaction_type
+    from torchrl.envs.utils import ExplorationType
+
+    from marl_ppo.config import load_config
+    from marl_ppo.core.seeds import SeedStack
+    from marl_ppo.run.seeds import SeedLoop, seed_policy
+
+    cfg = load_config(overrides=["env.num_envs=4", "model.hidden=[16]", f"model.kind={kind}"])
+    parts = [build(seed_config(cfg, s)) for s in range(3)]
+    policy = seed_policy(SeedStack([copy.deepcopy(p.router) for p in parts]))
+    assert isinstance(policy, SeedLoop)
+    td = parts[0].env.reset().expand(3, 4).reshape(12).clone()
+    for p in parts:
+        p.env.close()
+    for key in parts[0].router.recurrent_keys[:-1]:  # stored states: random, not the reset's zeros
+        td.set(key, torch.randn_like(td.get(key)))
+    obs = td.get(("agents", "observation"))
+    td.set(("agents", "observation"), obs + torch.randn_like(obs))
+    with torch.no_grad(), set_interaction_type(ExplorationType.DETERMINISTIC):
+        out = policy(td.clone())
+        for s, p in enumerate(parts):
+            own = p.router.policy(td[s * 4 : (s + 1) * 4].clone())
+            for key in [("agents", "action"), *[("next", *k) for k in p.router.recurrent_keys[:-1]]]:
+                torch.testing.assert_close(out.get(key)[s * 4 : (s + 1) * 4], own.get(key), rtol=0, atol=1e-6)
+    assert not torch.allclose(out.get(("agents", "action"))[:4], out.get(("agents", "action"))[4:8])
