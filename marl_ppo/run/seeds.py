@@ -57,7 +57,16 @@ from marl_ppo.run.directory import note
 from marl_ppo.run.resume import restart_episodes
 from marl_ppo.run.trainer import Trainer
 
-__all__ = ["SeedNet", "SeedLoop", "seed_policy", "SeedsTrainer", "seed_config", "check_seeds", "resume_group", "GROUP_FILE"]
+__all__ = [
+    "SeedNet",
+    "SeedLoop",
+    "seed_policy",
+    "SeedsTrainer",
+    "seed_config",
+    "check_seeds",
+    "resume_group",
+    "GROUP_FILE",
+]
 
 GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
