@@ -14,6 +14,7 @@ sd, Welch's t-test between one process and separate runs).
 
     .venv/bin/python examples/benchmarks/seeds.py --seeds 1,2,4,8 --frames 30000 --small
     .venv/bin/python examples/benchmarks/seeds.py --seeds 8 --frames 120000 --returns --no-side-by-side
+    .venv/bin/python examples/benchmarks/seeds.py --seeds 4 --small --set model.kind=gru model.seq_len=10
     .venv/bin/python examples/benchmarks/seeds.py --quick                     # smoke: a minute
 
 ``--small``: the small-net setting (``model.hidden=[64,64]``, 10 envs); ``--device cuda`` runs every
@@ -109,6 +110,7 @@ def main() -> None:
     p.add_argument("--returns", action="store_true", help="print the final returns and a t-test")
     p.add_argument("--no-side-by-side", dest="side_by_side", action="store_false")
     p.add_argument("--quick", action="store_true", help="S = 2 on a tiny run")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides (model.kind=gru)")
     args = p.parse_args()
     base = [
         args.config,
@@ -125,7 +127,9 @@ def main() -> None:
         args.seeds = "2"
         base += ["train.total_frames=1200", "train.frames_per_batch=600", "env.num_envs=10", "model.hidden=[16]"]
         base += ["train.num_epochs=1", "log.eval_episodes=2"]
+    base += args.set
     setting = "small net (64x64, 10 envs)" if args.small else f"configs/{args.config}.yaml"
+    setting += f" {' '.join(args.set)}" if args.set else ""
     print(
         f"{setting}, {args.frames if not args.quick else 1200} frames per seed, {args.threads} thread(s), {args.device}"
     )
