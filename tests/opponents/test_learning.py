@@ -50,3 +50,26 @@ def test_a_learner_exploits_a_fixed_biased_opponent(tmp_path):
     summary = trainer.fit()
     assert _policy_at_the_start(trainer, "player_0")[1] > 0.8  # paper
     assert summary["eval/vs_tests_opponents_players_mostly_rock/player_0/win_rate"] >= 0.6
+
+
+def test_pool_self_play_at_rps_ends_near_uniform_and_the_same_learner_exploits_a_biased_player(tmp_path):
+    """The entropy-regularised game's equilibrium is the uniform policy for any coefficient: with
+    ``loss.entropy_coeff=1.0`` pool self-play started from a policy that plays rock ~80 % of the time ends
+    with every action within 0.1 of 1/3, while the same learner against the rock-heavy player still
+    answers it with paper and wins >= 60 %. (With 0.05 the last policy cycles around the simplex.)"""
+    regularised = [*RPS, "loss.entropy_coeff=1.0"]
+    pool = [*regularised, "train.total_frames=10000", "opponents.player_1=pool:player_0", "pool.every=2"]
+    trainer = Trainer(load_config(None, overrides=[*pool, "pool.size=20"]), run_dir=tmp_path / "pool")
+    last = [
+        m for m in trainer.parts.router.losses["player_0"].actor_network.modules() if isinstance(m, torch.nn.Linear)
+    ]
+    with torch.no_grad():
+        last[-1].bias.copy_(torch.tensor([2.0, 0.0, 0.0]))  # rock-heavy at the start: far from the answer
+    assert _policy_at_the_start(trainer, "player_0")[0] > 0.7
+    trainer.fit()
+    assert (_policy_at_the_start(trainer, "player_0") - 1 / 3).abs().max() < 0.1
+    biased = [*regularised, "train.total_frames=6000", f"opponents.player_1={BIASED}", f"log.eval_opponents=[{BIASED}]"]
+    exploiter = Trainer(load_config(None, overrides=biased), run_dir=tmp_path / "biased")
+    summary = exploiter.fit()
+    assert _policy_at_the_start(exploiter, "player_0").argmax() == 1  # paper
+    assert summary["eval/vs_tests_opponents_players_mostly_rock/player_0/win_rate"] >= 0.6
