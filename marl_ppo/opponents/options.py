@@ -100,6 +100,9 @@ class PoolConfig:
         fixed: sources that stay in the pool beside the snapshots (``random``, ``module:callable``,
             ``checkpoint:RUN_DIR[:GROUP]``): players a policy trained only against itself never meets.
         fixed_share: the share of episodes against one of ``fixed``, drawn uniformly among them.
+        draw: ``uniform`` (every snapshot alike) or ``rating`` (snapshot ``k`` weighted by its Elo chance of
+            beating the latest policy: the hardest most often).
+        drop: past ``size``, drop the ``oldest`` snapshot or the ``lowest``-rated one (the newest excepted).
     """
 
     every: int = 5
@@ -108,8 +111,13 @@ class PoolConfig:
     payoff_episodes: int = 0
     fixed: list[str] = field(default_factory=list)
     fixed_share: float = 0.0
+    draw: str = "uniform"
+    drop: str = "oldest"
 
     def __post_init__(self) -> None:
+        for key, allowed in (("draw", ("uniform", "rating")), ("drop", ("oldest", "lowest"))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"pool.{key} must be one of {list(allowed)}, got {getattr(self, key)!r}")
         at_least("pool.every", self.every, 1)
         at_least("pool.size", self.size, 1)
         at_least("pool.payoff_episodes", self.payoff_episodes, 0, " (0: no payoff matrix)")

@@ -6,7 +6,13 @@ probability ``pool.latest_share`` the latest policy (those steps train the share
 ``self``), otherwise one of the pool's frozen snapshots of ``player_1``'s policy (those steps train
 nothing). ``opponents: {agent: pool}`` keeps the group's own networks and pools its own past
 policies. A snapshot is taken every ``pool.every`` iterations (and one at the start); past
-``pool.size`` snapshots the oldest is dropped.
+``pool.size`` snapshots the oldest is dropped (``pool.drop=lowest``: the lowest-rated but the newest).
+
+Every snapshot has an Elo rating against the latest policy, updated after each batch from the
+episodes it played against the latest policy (:func:`~marl_ppo.opponents.ratings.elo_update`); a new
+snapshot starts at the latest policy's rating. ``pool.draw=rating`` draws snapshot ``k`` with weight
+``expected_score(rating_k, rating_latest)``, its chance of beating the latest policy: the pool's
+hardest opponents most often (as prioritised fictitious self-play weights them).
 
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
 vmapped call of the network (:class:`SnapshotNet`), not one module call per env. Which opponent an
@@ -36,7 +42,8 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 
-from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.groups.specs import GroupKeys, GroupSpec
+from marl_ppo.opponents.ratings import elo_update, expected_score
 
 __all__ = ["SnapshotNet", "PoolPlayer", "TRAIN_MASK", "OPPONENT"]
 
@@ -56,6 +63,8 @@ class SnapshotNet(nn.Module):
         self._template = (template,)
         self.params: dict[str, torch.Tensor] = {}
         self.taken_at: list[int] = []
+        self.ratings: list[float] = []  # each snapshot's Elo rating against the latest policy
+        self.latest_rating = 1000.0
         self.choice = torch.zeros(0, dtype=torch.long)
 
     def __len__(self) -> int:
@@ -66,14 +75,19 @@ class SnapshotNet(nn.Module):
         """The network whose snapshots these are (its live parameters are the router's)."""
         return self._template[0]
 
-    def add(self, params: Mapping[str, torch.Tensor], *, size: int, iteration: int = 0) -> None:
-        """Appends a detached copy of ``params``; drops the oldest snapshot past ``size``."""
+    def add(self, params: Mapping[str, torch.Tensor], *, size: int, iteration: int = 0, drop: str = "oldest") -> None:
+        """Appends a detached copy of ``params`` rated as the latest policy; past ``size`` drops the oldest
+        snapshot (``drop="lowest"``: the lowest-rated one, the new one excepted)."""
         new = {k: v.detach().clone().unsqueeze(0) for k, v in params.items()}
         self.params = {k: torch.cat([self.params[k], v]) if self.params else v for k, v in new.items()}
         self.taken_at.append(int(iteration))
+        self.ratings.append(self.latest_rating)
         if len(self.taken_at) > size:
-            self.params = {k: v[1:].clone() for k, v in self.params.items()}
-            self.taken_at.pop(0)
+            out = 0 if drop == "oldest" else min(range(len(self) - 1), key=self.ratings.__getitem__)
+            keep = [i for i in range(len(self)) if i != out]
+            self.params = {k: v[keep].clone() for k, v in self.params.items()}
+            self.taken_at.pop(out)
+            self.ratings.pop(out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         template = self.template
@@ -87,11 +101,23 @@ class SnapshotNet(nn.Module):
         return flat[self.choice, torch.arange(copies, device=x.device)].reshape(*x.shape[:-1], out.shape[-1])
 
     def state(self) -> dict:
-        return {"params": {k: v.clone() for k, v in self.params.items()}, "taken_at": list(self.taken_at)}
+        return {
+            "params": {k: v.clone() for k, v in self.params.items()},
+            "taken_at": list(self.taken_at),
+            "ratings": list(self.ratings),
+            "latest_rating": self.latest_rating,
+        }
 
     def load(self, state: Mapping) -> None:
         self.params = {k: v.clone() for k, v in state["params"].items()}
         self.taken_at = [int(i) for i in state["taken_at"]]
+        # a checkpoint from before ratings: every player at the start's 1000
+        self.ratings = [float(r) for r in state.get("ratings", [1000.0] * len(self.taken_at))]
+        self.latest_rating = float(state.get("latest_rating", 1000.0))
+
+    def rate(self, games: list[int], scores: list[float]) -> None:
+        """One batch of games against the latest policy (per snapshot: games played, score in all)."""
+        self.ratings, self.latest_rating = elo_update(self.ratings, self.latest_rating, games, scores)
 
 
 class PoolPlayer(TensorDictModuleBase):
@@ -117,11 +143,14 @@ class PoolPlayer(TensorDictModuleBase):
         env_mask=None,
         fixed: list[nn.Module] = (),
         fixed_share: float = 0.0,
+        draw: str = "uniform",
+        drop: str = "oldest",
     ) -> None:
         super().__init__()
         self.spec, self.live, self.frozen, self.snapshots = spec, live, frozen, snapshots
         self.source, self.latest_share, self.size, self.every = source, latest_share, size, every
         self.fixed, self.fixed_share = nn.ModuleList(fixed), fixed_share  # players beside the snapshots
+        self.draw, self.drop = draw, drop
         fixed_keys = [k for player in self.fixed for k in player.in_keys]
         self.in_keys = [*live.in_keys, *fixed_keys, "is_init", *([env_mask] if env_mask is not None else [])]
         self.out_keys = [*live.out_keys, (spec.name, TRAIN_MASK), (spec.name, OPPONENT)]
@@ -130,15 +159,53 @@ class PoolPlayer(TensorDictModuleBase):
 
     def snapshot(self, iteration: int) -> None:
         """Adds the source group's policy network as it stands (every ``every`` iterations, and at 0)."""
-        self.snapshots.add(dict(self.snapshots.template.named_parameters()), size=self.size, iteration=iteration)
+        params = dict(self.snapshots.template.named_parameters())
+        self.snapshots.add(params, size=self.size, iteration=iteration, drop=self.drop)
 
-    def after_update(self, iteration: int) -> None:
+    def after_update(self, iteration: int, batch: TensorDictBase | None = None) -> dict[str, float]:
+        """Rates the snapshots on ``batch``'s games, then takes this iteration's snapshot; returns the ratings'
+        metrics (``pool/<group>/elo_latest``, ``elo_snapshots_mean``, ``elo_snapshots_max``)."""
+        if batch is not None:
+            self.snapshots.rate(*self.games(batch))
         if iteration % self.every == 0:
             self.snapshot(iteration)
+        r, g = self.snapshots.ratings, self.spec.name
+        return {
+            f"pool/{g}/elo_latest": self.snapshots.latest_rating,
+            f"pool/{g}/elo_snapshots_mean": sum(r) / len(r),
+            f"pool/{g}/elo_snapshots_max": max(r),
+        }
+
+    def games(self, batch: TensorDictBase) -> tuple[list[int], list[float]]:
+        """Per snapshot: the episodes that ended in ``batch`` with it in this seat and the latest policy in
+        every other pool seat, and its score in them (its return above every other group's: 1, tied: 1/2)."""
+        nxt = batch.get("next")
+        done = nxt.get("done").squeeze(-1)
+        drawn = batch.get((self.spec.name, OPPONENT))[..., 0][done]
+        others_latest = torch.ones_like(drawn, dtype=torch.bool)
+        returns = {}
+        for g in {k[0] for k in nxt.keys(True) if isinstance(k, tuple) and k[-1] == "episode_reward"}:
+            returns[g] = nxt.get(GroupKeys.for_group(g).episode_reward)[done].mean(dim=(-2, -1))
+            if g != self.spec.name and (g, OPPONENT) in batch.keys(True):
+                others_latest &= batch.get((g, OPPONENT))[..., 0][done] == -1
+        mine = returns.pop(self.spec.name)
+        best = torch.stack(list(returns.values())).max(0).values
+        score = (mine > best).float() + 0.5 * (mine == best).float()
+        games, scores = [], []
+        for k in range(len(self.snapshots)):
+            played = (drawn == k) & others_latest
+            games.append(int(played.sum()))
+            scores.append(float(score[played].sum()))
+        return games, scores
 
     def _draw(self, copies: int, device: torch.device) -> torch.Tensor:
         share = torch.rand(copies)
-        slot = torch.randint(0, max(len(self.snapshots), 1), (copies,))
+        if self.draw == "rating" and len(self.snapshots):  # each snapshot's chance of beating the latest policy
+            latest = self.snapshots.latest_rating
+            weights = torch.tensor([expected_score(r, latest) for r in self.snapshots.ratings])
+            slot = torch.multinomial(weights, copies, replacement=True)
+        else:
+            slot = torch.randint(0, max(len(self.snapshots), 1), (copies,))
         drawn = torch.where((share < self.latest_share) | (len(self.snapshots) == 0), -1, slot)
         if len(self.fixed):  # the next fixed_share of the unit interval: fixed player j, coded -2 - j
             player = -2 - torch.randint(0, len(self.fixed), (copies,))

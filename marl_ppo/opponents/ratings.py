@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["fit_elo", "expected_score"]
+__all__ = ["fit_elo", "expected_score", "elo_update", "ELO_K"]
+
+ELO_K = 16.0  # the points a rating moves per unit of surprise in one batch of games
 
 
 def expected_score(r_i: float, r_j: float) -> float:
@@ -53,3 +55,18 @@ def fit_elo(
             break
     shift = mean - sum(ratings) / n if n else 0.0
     return [r + shift for r in ratings]
+
+
+def elo_update(
+    ratings: Sequence[float], latest: float, games: Sequence[int], scores: Sequence[float], *, k: float = ELO_K
+) -> tuple[list[float], float]:
+    """Elo's update of a pool's snapshot ``ratings`` and the ``latest`` policy's rating from one batch of
+    games between them: snapshot ``i`` played ``games[i]`` games and scored ``scores[i]`` in all (a win 1,
+    a draw 1/2). Every game of the batch is rated at the ratings before it (the order inside a batch does
+    not matter); the latest policy gains what the snapshots lose.
+
+    >>> elo_update([1000.0, 1200.0], 1000.0, [2, 0], [2.0, 0.0])  # two wins of an equal snapshot
+    ([1016.0, 1200.0], 984.0)
+    """
+    deltas = [k * (s - n * expected_score(r, latest)) for r, n, s in zip(ratings, games, scores, strict=True)]
+    return [r + d for r, d in zip(ratings, deltas)], latest - sum(deltas)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torchrl.envs import EnvBase
 
@@ -82,10 +83,10 @@ class Parts:
             collect = TensorDictSequential(*actors) if self.pools else self.router.policy
             self.policy = opponent_policy(collect, self.opponents)
 
-    def after_update(self, iteration: int) -> None:
-        """What follows an update: the pools' snapshots every ``pool.every`` iterations."""
-        for pool in self.pools.values():
-            pool.after_update(iteration)
+    def after_update(self, iteration: int, batch: TensorDictBase | None = None) -> dict[str, float]:
+        """What follows an update: the pools' ratings from ``batch``'s games and their snapshots every
+        ``pool.every`` iterations; returns the ratings' metrics."""
+        return {k: v for pool in self.pools.values() for k, v in pool.after_update(iteration, batch).items()}
 
 
 def seed_everything(seed: int) -> None:

@@ -66,6 +66,8 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
         env_mask=env_mask,
         fixed=fixed,
         fixed_share=pool.fixed_share,
+        draw=pool.draw,
+        drop=pool.drop,
     )
     player.snapshot(0)
     return player

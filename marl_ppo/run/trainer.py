@@ -206,7 +206,7 @@ class Trainer:
         state.scheduler.step()
         state.iteration += 1
         state.frames += batch.numel()
-        parts.after_update(state.iteration)  # a pool's snapshot of this iteration
+        pool_metrics = parts.after_update(state.iteration, batch)  # a pool's ratings and snapshot of this iteration
         state.last_returns = episode_returns(batch, list(parts.groups)) or state.last_returns
         metrics = iteration_metrics(
             batch,
@@ -218,7 +218,7 @@ class Trainer:
             iteration=state.iteration,
             groups=parts.groups,
         )
-        metrics["train/lr"] = lr
+        metrics.update(pool_metrics, **{"train/lr": lr})
         schedule_entropy(cfg, parts.router, state.iteration)  # the next update's, as a resume at this point sets it
         if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
             metrics.update(self._evaluate())

@@ -107,6 +107,27 @@ def test_the_snapshots_run_in_one_call_equal_to_each_snapshot_alone():
     assert len(snapshots) == 3 and torch.equal(snapshots.params["0.weight"][0], copies[1]["0.weight"])
 
 
+def test_a_rated_pool_run_resumes_exactly_with_its_ratings(tmp_path, monkeypatch):
+    """Draws by rating and drops the lowest: the ratings steer the draws, so they must resume bit for bit."""
+    from tests.run.test_recovery import assert_straight_equals_crash_then_resume
+
+    cfg = ttt(
+        "train.total_frames=240",
+        "log.checkpoint_every=2",
+        "opponents.player_2=pool:player_1",
+        "pool.every=1",
+        "pool.size=3",
+        "pool.draw=rating",
+        "pool.drop=lowest",
+    )
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 5, 40)
+    a, b = (
+        load_checkpoint(tmp_path / run / "checkpoints" / "last.pt")["pools"]["player_2"] for run in ("straight", "run")
+    )
+    assert a["taken_at"] == b["taken_at"] and a["ratings"] == b["ratings"]
+    assert a["taken_at"][-1] == 6 and len(a["taken_at"]) == 3
+
+
 def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
     from tests.run.test_recovery import assert_straight_equals_crash_then_resume
 
@@ -114,6 +135,7 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 5, 40)
     a, b = (load_checkpoint(tmp_path / run / "checkpoints" / "last.pt")["pools"] for run in ("straight", "run"))
     assert a["player_2"]["taken_at"] == b["player_2"]["taken_at"] == [0, 1, 2, 3, 4, 5, 6]
+    assert a["player_2"]["ratings"] == b["player_2"]["ratings"] and len(set(a["player_2"]["ratings"])) > 1
     for name, value in a["player_2"]["params"].items():
         assert torch.equal(value, b["player_2"]["params"][name]), name
 
@@ -263,4 +285,48 @@ def test_eval_pool_on_the_command_line_plays_the_runs_restored_snapshots(tmp_pat
     assert [(m["seat"], m["episodes"]) for m in matches] == [("player_1", 5), ("player_2", 5)]
     _, parts = load_policy(tmp_path / "run")
     assert parts.pools["player_2"].snapshots.taken_at == [0, 1, 2]  # restored from last.pt, not the start's only
+    parts.env.close()
+
+
+def test_the_snapshots_ratings_follow_their_games_against_the_latest_policy():
+    """The games a batch credits to each snapshot are its episodes against the latest policy, scored from the
+    env's rewards (counted here by hand), and Elo's update moves the ratings by exactly that surprise."""
+    from marl_ppo.opponents.ratings import ELO_K, expected_score
+
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=0.2"))
+    pool = parts.pools["player_2"]
+    pool.snapshot(1)
+    td = _rollout(parts, 200)
+    games, scores = pool.games(td)
+    done = td["next", "done"][..., 0]
+    drawn = td["player_2", "opponent"][..., 0][done]
+    mine = td["next", "player_2", "episode_reward"][done].flatten()
+    theirs = td["next", "player_1", "episode_reward"][done].flatten()
+    for k in (0, 1):
+        played = drawn == k
+        assert games[k] == int(played.sum()) > 10
+        assert scores[k] == float((mine[played] > theirs[played]).sum() + 0.5 * (mine[played] == theirs[played]).sum())
+    before = list(pool.snapshots.ratings)
+    metrics = pool.after_update(2, td)  # not a snapshot iteration (every 5): the ratings only
+    surprise = [s - n * expected_score(r, 1000.0) for r, n, s in zip(before, games, scores)]
+    assert pool.snapshots.ratings == pytest.approx([1000.0 + ELO_K * d for d in surprise])
+    assert pool.snapshots.latest_rating == pytest.approx(1000.0 - ELO_K * sum(surprise))
+    assert metrics["pool/player_2/elo_latest"] == pool.snapshots.latest_rating
+    parts.env.close()
+
+
+def test_a_rated_pool_draws_its_strongest_snapshots_most_and_drops_its_weakest():
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.draw=rating", "pool.drop=lowest"))
+    pool = parts.pools["player_2"]
+    pool.size = 3
+    for i in (1, 2):
+        pool.snapshot(i)
+    pool.snapshots.ratings = [1400.0, 600.0, 1000.0]  # slot 0 beats the latest 91 % of the time, slot 1 9 %
+    drawn = pool._draw(20_000, torch.device("cpu"))
+    snap = drawn[drawn >= 0]
+    share = torch.bincount(snap, minlength=3).float() / len(snap)
+    torch.testing.assert_close(share, torch.tensor([0.909, 0.091, 0.5]) / 1.5, atol=0.015, rtol=0)
+    pool.snapshots.latest_rating = 1100.0
+    pool.snapshot(3)  # a fourth: the lowest-rated (slot 1, taken at 1) goes, the new one is rated as the latest
+    assert pool.snapshots.taken_at == [0, 2, 3] and pool.snapshots.ratings == [1400.0, 1000.0, 1100.0]
     parts.env.close()
