@@ -189,6 +189,8 @@ class PoolPlayer(TensorDictModuleBase):
             if g != self.spec.name and (g, OPPONENT) in batch.keys(True):
                 others_latest &= batch.get((g, OPPONENT))[..., 0][done] == -1
         mine = returns.pop(self.spec.name)
+        if not returns:  # no other group to have played against
+            return [0] * len(self.snapshots), [0.0] * len(self.snapshots)
         best = torch.stack(list(returns.values())).max(0).values
         score = (mine > best).float() + 0.5 * (mine == best).float()
         games, scores = [], []
