@@ -171,7 +171,8 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
 
     raw = _tiny_raw(
         tmp_path,
-        space={"train.lr": {"choice": [1e-9, 1e-2]}},
+        # one trial that cannot learn, one that can (two trials of one rate would be the same run)
+        space={"train.lr": {"grid": [1e-9, 1e-2]}},
         scheduler={
             "kind": "pbt",
             "perturbation_interval": 1,
@@ -179,7 +180,7 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
             # a continuous domain: every perturbation (x0.8 or x1.2, or a resample) changes the rate
             "mutations": {"train.lr": {"loguniform": [1e-9, 1e-1]}},
         },
-        num_samples=2,
+        num_samples=1,
         max_failures=0,
     )
     raw["overrides"] = [o.replace("train.total_frames=160", "train.total_frames=200") for o in raw["overrides"]]
