@@ -145,6 +145,8 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
     [
         (["opponents.player_2=pool:player_1", "pool.size=0"], ["pool.size", ">= 1", "0"]),
         (["opponents.player_2=pool:player_1", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
+        (["opponents.player_2=pool:player_1", "pool.draw=best"], ["pool.draw", "'uniform', 'rating'", "'best'"]),
+        (["opponents.player_2=pool:player_1", "pool.drop=newest"], ["pool.drop", "'oldest', 'lowest'", "'newest'"]),
         (["opponents.player_2=pool:player_9"], ["opponents.player_2", "pool:player_9"]),
         (
             ["opponents.player_2=pool:player_1", "pool.fixed=[self]", "pool.fixed_share=0.2"],
