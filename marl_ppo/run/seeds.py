@@ -251,7 +251,7 @@ class SeedsTrainer:
                     num_epochs=cfg.train.num_epochs,
                     minibatch_size=cfg.train.minibatch_size,
                     generators=[t.state.generator for t in self.trainers],
-                    seq_len=cfg.model.seq_len if self.stack.template.recurrent_keys else None,
+                    seq_len=cfg.model.seq_len,  # read only by a recurrent router, as ppo_update does
                 )
                 t_update = time.perf_counter() - t1
                 for s, trainer in enumerate(self.trainers):
