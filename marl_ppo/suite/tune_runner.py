@@ -135,6 +135,7 @@ def _scheduler(spec: TuneSpec, base: Config):
             quantile_fraction=s.quantile,
             hyperparam_mutations={k: d.to_pbt() for k, d in s.mutations.items()},
             custom_explore_fn=functools.partial(clip_to_domains, s.mutations),
+            synch=s.synch,
         )
     return FIFOScheduler()
 

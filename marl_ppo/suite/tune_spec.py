@@ -60,7 +60,7 @@ DOMAINS = ("choice", "grid", "uniform", "loguniform", "randint")
 SCHEDULER_KEYS = {
     "fifo": ("kind",),
     "asha": ("kind", "grace_period", "reduction_factor", "max_t"),
-    "pbt": ("kind", "perturbation_interval", "quantile", "mutations"),
+    "pbt": ("kind", "perturbation_interval", "quantile", "mutations", "synch"),
 }
 
 
@@ -144,6 +144,7 @@ class SchedulerSpec:
     perturbation_interval: int = 2
     quantile: float = 0.25
     mutations: dict[str, Domain] = field(default_factory=dict)
+    synch: bool = False  # PBT: exploit only once every live trial has reached the interval (Ray's `synch`)
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> "SchedulerSpec":
@@ -163,6 +164,8 @@ class SchedulerSpec:
         for name in ("grace_period", "perturbation_interval"):
             if not isinstance(getattr(spec, name), int) or getattr(spec, name) < 1:
                 raise SuiteError(f"{where}.{name} must be an integer >= 1, got {getattr(spec, name)!r}")
+        if not isinstance(spec.synch, bool):
+            raise SuiteError(f"{where}.synch must be true or false, got {spec.synch!r}")
         if not spec.reduction_factor > 1:
             raise SuiteError(f"{where}.reduction_factor must be > 1, got {spec.reduction_factor!r}")
         if not 0 < spec.quantile <= 0.5:

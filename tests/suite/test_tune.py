@@ -135,6 +135,10 @@ BAD = [
         ["model.hidden: PBT continues a trial", "only keys a resumed run may change"],
     ),
     ({"scheduler": {"kind": "pbt"}}, ["pbt needs mutations"]),
+    (
+        {"scheduler": {"kind": "pbt", "synch": "yes", "mutations": {"train.lr": {"loguniform": [1e-5, 1e-3]}}}},
+        ["scheduler.synch must be true or false", "'yes'"],
+    ),
     ({"scheduler": {"kind": "asha", "grace": 2}}, ["unknown key 'grace'", "allowed keys: kind, grace_period"]),
     ({"searcher": "hyperopt"}, ["searcher must be 'random' or 'optuna'", "'hyperopt'"]),
     ({"spaces": {}}, ["unknown key 'spaces'", "did you mean 'space'"]),
@@ -179,6 +183,10 @@ def test_pbt_continues_a_trial_from_the_donors_exact_checkpoint_with_its_perturb
             "quantile": 0.5,  # of 2 trials: the worse continues from the better at every interval
             # a continuous domain: every perturbation (x0.8 or x1.2, or a resample) changes the rate
             "mutations": {"train.lr": {"loguniform": [1e-9, 1e-1]}},
+            # every interval waits for both trials: asynchronous PBT exploits only when the other trial
+            # has reported and not yet finished, so one trial that starts late (a loaded machine) can
+            # see the other end before its first report, and nothing is exploited
+            "synch": True,
         },
         num_samples=1,
         max_failures=0,
