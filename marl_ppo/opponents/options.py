@@ -41,6 +41,7 @@ FORMS = (
     "path/to/file.py:callable"
 )
 _GROUP = re.compile(r"^[A-Za-z_][\w-]*$")
+SEATINGS = ("independent", "learner")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,11 @@ class PoolConfig:
         draw: ``uniform`` (every snapshot alike) or ``rating`` (snapshot ``k`` weighted by its Elo chance of
             beating the latest policy: the hardest most often).
         drop: past ``size``, drop the ``oldest`` snapshot or the ``lowest``-rated one (the newest excepted).
+        seating: where several seats pool one group's networks (``player_1: pool``, ``player_2:
+            pool:player_1``): ``independent`` (each seat draws on its own, so some episodes have no seat
+            on the latest policy and train nothing) or ``learner`` (in each episode one of those seats,
+            drawn uniformly, plays the latest policy; the others draw as ``latest_share`` and
+            ``fixed_share`` say).
     """
 
     every: int = 5
@@ -113,9 +119,11 @@ class PoolConfig:
     fixed_share: float = 0.0
     draw: str = "uniform"
     drop: str = "oldest"
+    seating: str = "independent"
 
     def __post_init__(self) -> None:
-        for key, allowed in (("draw", ("uniform", "rating")), ("drop", ("oldest", "lowest"))):
+        choices = (("draw", ("uniform", "rating")), ("drop", ("oldest", "lowest")), ("seating", SEATINGS))
+        for key, allowed in choices:
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"pool.{key} must be one of {list(allowed)}, got {getattr(self, key)!r}")
         at_least("pool.every", self.every, 1)

@@ -45,7 +45,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.opponents.ratings import elo_update, expected_score
 
-__all__ = ["SnapshotNet", "PoolPlayer", "TRAIN_MASK", "OPPONENT"]
+__all__ = ["SnapshotNet", "PoolPlayer", "LearnerSeating", "TRAIN_MASK", "OPPONENT"]
 
 TRAIN_MASK = "train_mask"  # (group, TRAIN_MASK): the pool seat's loss mask
 OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k, -2 - j fixed player j
@@ -120,6 +120,28 @@ class SnapshotNet(nn.Module):
         self.ratings, self.latest_rating = elo_update(self.ratings, self.latest_rating, games, scores)
 
 
+class LearnerSeating:
+    """``pool.seating=learner``: which of the seats pooling one group's networks plays the latest policy
+    in each env copy's episode, one drawn uniformly (global torch RNG) wherever an episode starts.
+
+    The seats' players run in ``seats``' order in one policy call: the first draws, the others read
+    the same draw (:meth:`PoolPlayer.forward`).
+    """
+
+    def __init__(self, seats: list[str]) -> None:
+        self.seats = list(seats)
+        self.learner = torch.zeros(0, dtype=torch.long)
+
+    def plays_latest(self, seat: str, starts: torch.Tensor) -> torch.Tensor:
+        """Per env copy: whether ``seat`` plays the latest policy in the episode under way."""
+        if seat == self.seats[0]:
+            if self.learner.numel() != starts.numel():
+                self.learner = torch.zeros(starts.shape, dtype=torch.long, device=starts.device)
+            drawn = torch.randint(0, len(self.seats), starts.shape).to(starts.device)
+            self.learner = torch.where(starts, drawn, self.learner)
+        return self.learner == self.seats.index(seat)
+
+
 class PoolPlayer(TensorDictModuleBase):
     """A pool seat in the collection policy: the latest policy or a snapshot, per env copy and episode.
 
@@ -156,6 +178,7 @@ class PoolPlayer(TensorDictModuleBase):
         self.out_keys = [*live.out_keys, (spec.name, TRAIN_MASK), (spec.name, OPPONENT)]
         self.assignment = torch.zeros(0, dtype=torch.long)
         self.env_mask = env_mask  # the env's own mask of the seat (a turn-based game's turns), if it has one
+        self.seating: LearnerSeating | None = None  # pool.seating=learner: set by the run's build
 
     def snapshot(self, iteration: int) -> None:
         """Adds the source group's policy network as it stands (every ``every`` iterations, and at 0)."""
@@ -223,7 +246,10 @@ class PoolPlayer(TensorDictModuleBase):
             if self.assignment.numel() != copies:
                 self.assignment = torch.full((copies,), -1, device=td.device)
             starts = td.get("is_init").reshape(copies)
-            self.assignment = torch.where(starts, self._draw(copies, td.device), self.assignment)
+            drawn = self._draw(copies, td.device)
+            if self.seating is not None:  # this episode's learner seat plays the latest policy
+                drawn = torch.where(self.seating.plays_latest(g, starts), -1, drawn)
+            self.assignment = torch.where(starts, drawn, self.assignment)
             assignment = self.assignment
         td = self.live(td)
         snapshot = assignment >= 0

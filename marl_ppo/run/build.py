@@ -41,7 +41,15 @@ from marl_ppo.opponents import OpponentSource, opponent_policy
 from marl_ppo.opponents.pool import PoolPlayer
 from marl_ppo.options import device_option
 from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
-from marl_ppo.run.opponents import make_player, opponent_sources, pool_player, pool_seat, self_seat, shares_networks
+from marl_ppo.run.opponents import (
+    make_player,
+    opponent_sources,
+    pool_player,
+    pool_seat,
+    seat_learners,
+    self_seat,
+    shares_networks,
+)
 
 __all__ = [
     "Parts",
@@ -118,9 +126,10 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     bound = table.bind(groups, env, untrained=frozen)  # validated before any training
     if cfg.model.critic == "global" and any(s.keys.mask is not None for s in trained.values()):
         check_every_group_acts(env.reset(), trained)
+    shared = {g: self_seat(g, s, trained, sources) for g, s in sources.items() if shares_networks(g, s)}
     router = GroupRouter.from_specs(
         trained,
-        shared={g: self_seat(g, s, trained, sources) for g, s in sources.items() if shares_networks(g, s)},
+        shared=shared,
         algorithm=cfg.loss.algorithm,
         model=cfg.model,
         value_norm=cfg.loss.value_norm,
@@ -153,6 +162,8 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
         )
         for g in pooled
     }
+    # pool.seating=learner: one seat on the latest policy per episode, the seats in the policy's order
+    seat_learners(cfg, {g: pools[g] for g in router.groups if g in pools}, shared)
     parts = Parts(env, groups, bound, router, step, opponents, pools)
     # recurrent models: is_init and their stored states; a pool's draws: is_init
     prime_env(env, state_spec(parts.policy))

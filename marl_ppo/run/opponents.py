@@ -23,11 +23,19 @@ from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.models.modules import group_network
 from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
-from marl_ppo.opponents.pool import TRAIN_MASK, PoolPlayer, SnapshotNet
+from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet
 from marl_ppo.options import ConfigError
 from marl_ppo.run.checkpoints import CheckpointError, preserved_rng
 
-__all__ = ["opponent_sources", "shares_networks", "self_seat", "pool_seat", "pool_player", "make_player"]
+__all__ = [
+    "opponent_sources",
+    "shares_networks",
+    "self_seat",
+    "pool_seat",
+    "pool_player",
+    "seat_learners",
+    "make_player",
+]
 
 
 def pool_seat(spec: GroupSpec, cfg: Config) -> GroupSpec:
@@ -71,6 +79,27 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     )
     player.snapshot(0)
     return player
+
+
+def seat_learners(cfg: Config, pools: dict[str, PoolPlayer], networks: dict[str, str]) -> None:
+    """``pool.seating=learner``: one :class:`LearnerSeating` for each set of pool seats on one group's
+    networks (``networks``: seat -> the group whose networks it plays with), in ``pools``' order (the
+    policy's); a ConfigError where no two pool seats share networks."""
+    if cfg.pool.seating != "learner":
+        return
+    owners: dict[str, list[str]] = {}
+    for seat in pools:
+        owners.setdefault(networks.get(seat, seat), []).append(seat)
+    shared = [seats for seats in owners.values() if len(seats) > 1]
+    if not shared:
+        raise ConfigError(
+            f"pool.seating=learner draws which of several pool seats on one group's networks plays the latest "
+            f"policy, but the pool seats {list(pools)} share none (e.g. player_1: pool, player_2: pool:player_1)"
+        )
+    for seats in shared:
+        seating = LearnerSeating(seats)
+        for seat in seats:
+            pools[seat].seating = seating
 
 
 def opponent_sources(given: dict[str, str], groups: dict[str, GroupSpec]) -> dict[str, OpponentSource]:

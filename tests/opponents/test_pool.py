@@ -50,6 +50,36 @@ def test_the_opponent_is_drawn_per_env_and_per_episode_and_recorded():
     parts.env.close()
 
 
+def test_learner_seating_puts_one_seat_on_the_latest_policy_in_every_episode():
+    """pool.seating=learner, both seats pooled on player_1's networks, latest_share 0: in every episode
+    exactly one seat plays the latest policy (drawn per env and per episode, each seat about half the
+    time) and the other a snapshot; the draws hold for the whole episode and train that seat only."""
+    both = ["opponents.player_1=pool", "opponents.player_2=pool:player_1", "pool.latest_share=0"]
+    parts = build(ttt("env.num_envs=8", *both, "pool.seating=learner"))
+    for i in range(1, 3):
+        parts.pools["player_1"].snapshot(i)
+        parts.pools["player_2"].snapshot(i)
+    td = _rollout(parts, 300)
+    starts = td["is_init"][..., 0]
+    first, second = (td[seat, "opponent"][..., 0] for seat in ("player_1", "player_2"))
+    for drawn in (first, second):
+        assert not ((drawn[:, 1:] != drawn[:, :-1]) & ~starts[:, 1:]).any(), "a draw changed within an episode"
+    latest = first[starts] == -1
+    assert len(latest) > 100
+    assert torch.equal(latest, second[starts] != -1), "not exactly one seat on the latest policy"
+    assert 0.35 < latest.float().mean() < 0.65
+    assert set(first[starts][~latest].tolist()) == {0, 1, 2} and set(second[starts][latest].tolist()) == {0, 1, 2}
+    for seat in ("player_1", "player_2"):
+        assert torch.equal(td[seat, "train_mask"], td[seat, "mask"] & (td[seat, "opponent"] == -1))
+    parts.env.close()
+    # independent seating, the same shares: no seat ever plays the latest policy
+    alone = build(ttt("env.num_envs=8", *both))
+    alone.pools["player_1"].snapshot(1)
+    td = _rollout(alone, 100)
+    assert not (td["player_1", "opponent"] == -1).any() and not (td["player_2", "opponent"] == -1).any()
+    alone.env.close()
+
+
 def test_a_snapshot_plays_its_own_policy():
     """A snapshot whose output layer always prefers the centre square: every snapshot move takes it when legal."""
     parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=0"))
@@ -155,6 +185,14 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
         (["opponents.player_2=pool:player_1", "pool.fixed=[random]"], ["pool.fixed", "pool.fixed_share=0"]),
         (["opponents.player_2=pool:player_1", "pool.fixed_share=0.6"], ["pool.latest_share + pool.fixed_share", "1"]),
         (["opponents.player_2=pool:player_1", "pool.fixed=[nowhere:act]", "pool.fixed_share=0.2"], ["pool.fixed[0]"]),
+        (
+            ["opponents.player_2=pool:player_1", "pool.seating=alternate"],
+            ["pool.seating", "'independent', 'learner'", "'alternate'"],
+        ),
+        (
+            ["opponents.player_2=pool:player_1", "pool.seating=learner"],
+            ["pool.seating=learner", "pool seats ['player_2'] share none", "player_2: pool:player_1"],
+        ),
     ],
 )
 def test_a_bad_pool_is_refused_in_one_line(tmp_path, capsys, overrides, words):
