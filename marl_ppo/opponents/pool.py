@@ -75,9 +75,12 @@ class SnapshotNet(nn.Module):
         """The network whose snapshots these are (its live parameters are the router's)."""
         return self._template[0]
 
-    def add(self, params: Mapping[str, torch.Tensor], *, size: int, iteration: int = 0, drop: str = "oldest") -> None:
+    def add(
+        self, params: Mapping[str, torch.Tensor], *, size: int, iteration: int = 0, drop: str = "oldest"
+    ) -> int | None:
         """Appends a detached copy of ``params`` rated as the latest policy; past ``size`` drops the oldest
-        snapshot (``drop="lowest"``: the lowest-rated one, the new one excepted)."""
+        snapshot (``drop="lowest"``: the lowest-rated one, the new one excepted) and returns its slot (the
+        later ones move down by one)."""
         new = {k: v.detach().clone().unsqueeze(0) for k, v in params.items()}
         self.params = {k: torch.cat([self.params[k], v]) if self.params else v for k, v in new.items()}
         self.taken_at.append(int(iteration))
@@ -88,6 +91,8 @@ class SnapshotNet(nn.Module):
             self.params = {k: v[keep].clone() for k, v in self.params.items()}
             self.taken_at.pop(out)
             self.ratings.pop(out)
+            return out
+        return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         template = self.template
@@ -181,9 +186,16 @@ class PoolPlayer(TensorDictModuleBase):
         self.seating: LearnerSeating | None = None  # pool.seating=learner: set by the run's build
 
     def snapshot(self, iteration: int) -> None:
-        """Adds the source group's policy network as it stands (every ``every`` iterations, and at 0)."""
+        """Adds the source group's policy network as it stands (every ``every`` iterations, and at 0).
+
+        Episodes under way keep their opponent: past ``size``, the slots after the dropped snapshot move
+        down by one, and an episode against the dropped snapshot itself goes on with the latest policy
+        (its remaining steps train)."""
         params = dict(self.snapshots.template.named_parameters())
-        self.snapshots.add(params, size=self.size, iteration=iteration, drop=self.drop)
+        out = self.snapshots.add(params, size=self.size, iteration=iteration, drop=self.drop)
+        if out is not None:
+            a = self.assignment
+            self.assignment = torch.where(a == out, -1, torch.where(a > out, a - 1, a))
 
     def after_update(self, iteration: int, batch: TensorDictBase | None = None) -> dict[str, float]:
         """Rates the snapshots on ``batch``'s games, then takes this iteration's snapshot; returns the ratings'

@@ -80,6 +80,31 @@ def test_learner_seating_puts_one_seat_on_the_latest_policy_in_every_episode():
     alone.env.close()
 
 
+@pytest.mark.parametrize("drop", ["oldest", "lowest"])
+def test_an_episode_under_way_keeps_its_snapshot_when_another_is_dropped(drop):
+    """Past pool.size a snapshot is dropped and the later slots move down: the env copies mid-episode
+    follow their snapshot to its new slot; those against the dropped one go on with the latest policy."""
+    parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.size=3", f"pool.drop={drop}"))
+    pool = parts.pools["player_2"]
+    for i in (1, 2):
+        with torch.no_grad():  # three different snapshots
+            next(iter(pool.snapshots.template.parameters())).add_(1.0)
+        pool.snapshot(i)
+    pool.snapshots.ratings = [1010.0, 990.0, 1000.0]  # drop=lowest drops slot 1, drop=oldest slot 0
+    out = 0 if drop == "oldest" else 1
+    before = {k: v.clone() for k, v in pool.snapshots.params.items()}
+    pool.assignment = torch.tensor([-1, 0, 1, 2, 2, 1, 0, -1])
+    kept = pool.assignment.clone()
+    pool.snapshot(3)
+    expected = torch.where(kept == out, -1, torch.where(kept > out, kept - 1, kept))
+    assert torch.equal(pool.assignment, expected)
+    for env, (old, new) in enumerate(zip(kept.tolist(), pool.assignment.tolist())):
+        if new >= 0:  # the same parameters as before the drop
+            for name, stacked in pool.snapshots.params.items():
+                assert torch.equal(stacked[new], before[name][old]), (env, name)
+    parts.env.close()
+
+
 def test_a_snapshot_plays_its_own_policy():
     """A snapshot whose output layer always prefers the centre square: every snapshot move takes it when legal."""
     parts = build(ttt("env.num_envs=8", "opponents.player_2=pool:player_1", "pool.latest_share=0"))
