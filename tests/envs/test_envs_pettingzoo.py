@@ -299,3 +299,30 @@ def test_hanabi_trains_whatever_the_run_seed(tmp_path, seed):
     assert proc.returncode == 0, proc.stderr
     (run,) = tmp_path.iterdir()
     assert json.loads((run / "summary.json").read_text())["frames"] == 20
+
+
+@pytest.mark.parametrize("scenario", ["tictactoe_v3", "simple_spread_v3"])
+def test_the_wrappers_step_reads_the_games_agents_without_torchrls_getattr_fallback(monkeypatch, scenario):
+    """torchrl's PettingZooWrapper reads agents / agent_selection / possible_agents of the game several
+    times a step; through EnvBase.__getattr__ each read lists dir(self) twice (20 % of a tic-tac-toe
+    run). The adapter's wrapper reads them directly: a rollout falls back to __getattr__ for none."""
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+
+    from marl_ppo.config import EnvConfig
+    from marl_ppo.envs import make_env
+
+    kwargs = {"N": 2} if scenario.startswith("simple") else {}
+    env = make_env(EnvConfig(kind="pettingzoo", scenario=scenario, num_envs=2, max_steps=10, kwargs=kwargs), seed=0)
+    owner = next(c for c in PettingZooWrapper.__mro__ if "__getattr__" in vars(c))  # torchrl's env wrapper base
+    reads: list[str] = []
+    fallback = owner.__getattr__
+
+    def counted(self, attr):
+        reads.append(attr)
+        return fallback(self, attr)
+
+    monkeypatch.setattr(owner, "__getattr__", counted)
+    td = env.rollout(12, break_when_any_done=False)
+    assert td.batch_size == (2, 12)
+    assert not [a for a in reads if a in ("agents", "agent_selection", "possible_agents")], sorted(set(reads))
+    env.close()
