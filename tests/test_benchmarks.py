@@ -294,3 +294,48 @@ def test_seeds_quick_times_one_process_against_separate_runs(tmp_path):
     for row in rows:
         assert all(float(c) > 0 for c in row[1:])  # times, frames/s, ratios, RSS: all measured
     assert "S=2: one process" in out.stdout and "Welch t" in out.stdout
+
+
+def _tactics_module():
+    import importlib.util
+
+    path = ROOT / "examples" / "benchmarks" / "tictactoe_tactics.py"
+    spec = importlib.util.spec_from_file_location("tictactoe_tactics", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _board(mine: str, theirs: str):
+    """A flat [3, 3, 2] board (own marks in channel 0) and its action mask, from two strings of 9."""
+    import torch
+
+    board = torch.tensor([[int(a), int(b)] for a, b in zip(mine, theirs)], dtype=torch.float32)
+    return board.reshape(-1), (board.sum(-1) == 0)
+
+
+def test_tactics_classifies_a_win_in_one_a_threat_and_a_quiet_position():
+    classify = _tactics_module().classify
+    obs, legal = _board("110000000", "000110000")  # own 0, 1: square 2 wins (before blocking 5)
+    assert classify(obs, legal, 2) == ("win", True) and classify(obs, legal, 5) == ("win", False)
+    obs, legal = _board("100000010", "000110000")  # their 3, 4: square 5 blocks; own 0 and 7 share no line
+    assert classify(obs, legal, 5) == ("block", True) and classify(obs, legal, 2) == ("block", False)
+    obs, legal = _board("100000000", "000010000")
+    assert classify(obs, legal, 8) is None
+    obs, legal = _board("000001000", "000110000")  # their line 3-4-5 is full: no threat
+    assert classify(obs, legal, 0) is None
+
+
+def test_tactics_reads_a_trained_tictactoe_run(tmp_path):
+    from marl_ppo.cli import main
+
+    overrides = ["train.total_frames=992", "log.eval_every=0", "log.eval_episodes=2", "log.eval_opponents=[]"]
+    overrides += ["log.progress=false", "log.plot=false"]
+    assert main(["train", "tictactoe", f"log.root={tmp_path}", *overrides]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    out = _run("tictactoe_tactics.py", str(run), "--steps", "60")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| player_")]
+    assert [r[0].strip() for r in rows] == ["player_1", "player_2"]
+    for _, wins, took, blocks, blocked in rows:
+        assert int(wins) + int(blocks) > 0 and 0 <= float(took) <= 1 and 0 <= float(blocked) <= 1
