@@ -139,9 +139,9 @@ class LearnerSeating:
 
     def plays_latest(self, seat: str, starts: torch.Tensor) -> torch.Tensor:
         """Per env copy: whether ``seat`` plays the latest policy in the episode under way."""
+        if self.learner.numel() != starts.numel():  # the first call (or another number of env copies)
+            self.learner = torch.zeros(starts.shape, dtype=torch.long, device=starts.device)
         if seat == self.seats[0]:
-            if self.learner.numel() != starts.numel():
-                self.learner = torch.zeros(starts.shape, dtype=torch.long, device=starts.device)
             drawn = torch.randint(0, len(self.seats), starts.shape).to(starts.device)
             self.learner = torch.where(starts, drawn, self.learner)
         return self.learner == self.seats.index(seat)
