@@ -326,16 +326,15 @@ def test_tactics_classifies_a_win_in_one_a_threat_and_a_quiet_position():
     assert classify(obs, legal, 0) is None
 
 
-def test_tactics_reads_a_trained_tictactoe_run(tmp_path):
-    from marl_ppo.cli import main
+def test_tactics_reads_a_trained_tictactoe_run(tmp_path, monkeypatch, capsys):
+    from marl_ppo.config import load_config
+    from marl_ppo.run.trainer import Trainer
 
     overrides = ["train.total_frames=992", "log.eval_every=0", "log.eval_episodes=2", "log.eval_opponents=[]"]
-    overrides += ["log.progress=false", "log.plot=false"]
-    assert main(["train", "tictactoe", f"log.root={tmp_path}", *overrides]) == 0
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    out = _run("tictactoe_tactics.py", str(run), "--steps", "60")
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| player_")]
+    Trainer(load_config("tictactoe", [*overrides, "log.progress=false", "log.plot=false"]), run_dir=tmp_path).fit()
+    monkeypatch.setattr(sys, "argv", ["tictactoe_tactics.py", str(tmp_path), "--steps", "60"])
+    _tactics_module().main()
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| player_")]
     assert [r[0].strip() for r in rows] == ["player_1", "player_2"]
     for _, wins, took, blocks, blocked in rows:
         assert int(wins) + int(blocks) > 0 and 0 <= float(took) <= 1 and 0 <= float(blocked) <= 1
