@@ -158,7 +158,7 @@ def test_scale_out_quick(ray_cluster):
     assert out.returncode == 0, out.stderr[-3000:]
     for launcher in ("local", "ray"):
         m = re.search(
-            rf"launcher {launcher}: jobs=4 wall_s=([0-9.]+) job_s_mean=([0-9.]+) overhead_per_job_s=(-?[0-9.]+)",
+            rf"launcher {launcher}: jobs=2 wall_s=([0-9.]+) job_s_mean=([0-9.]+) overhead_per_job_s=(-?[0-9.]+)",
             out.stdout,
         )
         assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out.stdout
