@@ -131,6 +131,12 @@ class LearnerSeating:
 
     The seats' players run in ``seats``' order in one policy call: the first draws, the others read
     the same draw (:meth:`PoolPlayer.forward`).
+
+    >>> seating = LearnerSeating(["player_1", "player_2"])
+    >>> starts = torch.ones(6, dtype=torch.bool)  # every env copy starts an episode
+    >>> first, second = seating.plays_latest("player_1", starts), seating.plays_latest("player_2", starts)
+    >>> bool((first ^ second).all())  # exactly one seat per env copy
+    True
     """
 
     def __init__(self, seats: list[str]) -> None:

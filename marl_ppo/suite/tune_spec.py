@@ -12,7 +12,7 @@
       loss.clip_epsilon: {uniform: [0.1, 0.3]}
       model.hidden: {grid: [[64, 64], [256, 256]]}   # every value, num_samples times each
     searcher: random                 # or optuna (Optuna's TPE through Ray Tune)
-    scheduler: {kind: asha, grace_period: 2, reduction_factor: 2}   # fifo | asha | pbt
+    scheduler: {kind: asha, grace_period: 2, reduction_factor: 2}   # fifo | asha | pbt (synch: true waits at intervals)
     metric: eval/agents/episode_reward   # eval|collect / <group>|mean / episode_reward
     mode: max
     num_samples: 8
