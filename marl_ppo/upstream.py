@@ -111,6 +111,40 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "read",
         "run/checkpoints.py (VMAS's one RNG state per process)",
     ),
+    # the copies of a turn-based PettingZoo game stepped in one loop (envs/aec_games.py): torchrl's wrapper
+    # and SerialEnv, reproduced value for value
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_env", "read", "envs/pettingzoo.py, envs/aec_games.py"
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step", "mirror", "envs/aec_games.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_reset",
+        "mirror",
+        "envs/aec_games.py",
+        ("tensordict", "kwargs"),
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step_aec", "mirror", "envs/aec_games.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_update_action_mask",
+        "mirror",
+        "envs/aec_games.py",
+        ("td", "observation_dict", "info_dict"),
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_aggregate_done",
+        "mirror",
+        "envs/aec_games.py",
+        ("tensordict_out", "use_any"),
+    ),
+    PrivateName("torchrl.envs.SerialEnv", "_reset", "mirror", "envs/aec_games.py (which copies reset)"),
+    PrivateName("torchrl._utils", "seed_generator", "import", "envs/aec_games.py (SerialEnv's seed chain)"),
     # the learning-rate schedule a resumed run puts in force (the rate get_last_lr reports)
     PrivateName("torch.optim.lr_scheduler.LRScheduler", "_last_lr", "read", "run/resume.py"),
     # numpy arrays in checkpoints of the earliest format
@@ -120,9 +154,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "torchrl.record.loggers.tensorboard.TensorboardLogger", "_create_experiment", "override", "run/logger.py", ()
     ),
     # torchrl's documented extension points of envs and transforms (private by name only)
-    PrivateName("torchrl.envs.EnvBase", "_step", "hook", "envs/toy.py", ("tensordict",)),
-    PrivateName("torchrl.envs.EnvBase", "_reset", "hook", "envs/toy.py", ("tensordict", "kwargs")),
-    PrivateName("torchrl.envs.EnvBase", "_set_seed", "hook", "envs/toy.py", ("seed",)),
+    PrivateName("torchrl.envs.EnvBase", "_step", "hook", "envs/toy.py, envs/aec_games.py", ("tensordict",)),
+    PrivateName("torchrl.envs.EnvBase", "_reset", "hook", "envs/toy.py, envs/aec_games.py", ("tensordict", "kwargs")),
+    PrivateName("torchrl.envs.EnvBase", "_set_seed", "hook", "envs/toy.py, envs/aec_games.py", ("seed",)),
     PrivateName("torchrl.envs.Transform", "_call", "hook", "envs/transforms.py", ("next_tensordict",)),
     PrivateName("torchrl.envs.Transform", "_reset", "hook", "envs/transforms.py", ("tensordict", "tensordict_reset")),
     PrivateName("torchrl.envs.Transform", "_step", "hook", "envs/time_limit.py", ("tensordict", "next_tensordict")),

@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 from torchrl.envs import EnvBase, ParallelEnv, SerialEnv, TransformedEnv
 
+from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.envs.transforms import FlatObservation, needs_flattening
 from marl_ppo.envs.vmas import unknown_name
@@ -88,9 +89,21 @@ def pettingzoo_tasks() -> list[str]:
     return mpe_tasks() + classic_tasks()
 
 
-def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int) -> EnvBase:
-    """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``."""
+def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, lean: bool = True) -> EnvBase:
+    """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``.
+
+    With ``lean`` (the default) and ``env.parallel=false``, the copies of a turn-based game that
+    :class:`~marl_ppo.envs.aec_games.AecGames` takes are stepped by it instead of a ``SerialEnv``:
+    the same data, about five times faster.
+    """
     make = copy_factory(cfg)
+    if lean and not cfg.parallel:
+        first = make(seed)
+        if aec_games_refusal(first) is None:
+            env = AecGames([first] + [make(seed + i) for i in range(1, num_envs)])
+            env.set_seed(seed)
+            return env
+        first.close()
     if cfg.parallel:
         # a worker's failure is a traceback from another process: build one copy here first
         make(seed).close()

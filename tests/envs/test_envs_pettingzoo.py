@@ -274,7 +274,7 @@ def test_every_copy_of_a_game_is_seeded_within_31_bits():
     from marl_ppo.envs.pettingzoo import make_pettingzoo
 
     cfg = load_config(overrides=[*TINY, "env.kind=pettingzoo", "env.scenario=tictactoe_v3"]).env
-    env = make_pettingzoo(cfg, seed=2**31 - 1, num_envs=3)
+    env = make_pettingzoo(cfg, seed=2**31 - 1, num_envs=3, lean=False)  # AecGames: tests/envs/test_aec_games.py
     chained = [2**31 - 1]
     for _ in range(2):
         chained.append(seed_generator(chained[-1]))
@@ -309,10 +309,11 @@ def test_the_wrappers_step_reads_the_games_agents_without_torchrls_getattr_fallb
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
     from marl_ppo.config import EnvConfig
-    from marl_ppo.envs import make_env
+    from marl_ppo.envs.pettingzoo import make_pettingzoo
 
     kwargs = {"N": 2} if scenario.startswith("simple") else {}
-    env = make_env(EnvConfig(kind="pettingzoo", scenario=scenario, num_envs=2, max_steps=10, kwargs=kwargs), seed=0)
+    cfg = EnvConfig(kind="pettingzoo", scenario=scenario, num_envs=2, max_steps=10, kwargs=kwargs)
+    env = make_pettingzoo(cfg, seed=0, num_envs=2, lean=False)  # the wrappers, not AecGames
     owner = next(c for c in PettingZooWrapper.__mro__ if "__getattr__" in vars(c))  # torchrl's env wrapper base
     reads: list[str] = []
     fallback = owner.__getattr__
