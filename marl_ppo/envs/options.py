@@ -32,7 +32,8 @@ class EnvConfig:
             ``device``, ``seed`` and ``max_steps`` its signature names.
         num_envs: VMAS vectorized envs in one process; PettingZoo env copies.
         parallel: PettingZoo only: run the env copies in worker processes (torchrl ``ParallelEnv``)
-            instead of one after another in this process (``SerialEnv``); same seeds, same data.
+            instead of one after another in this process (``SerialEnv``, or for a turn-based game
+            :class:`~marl_ppo.envs.aec_games.AecGames`, faster); same seeds, same data.
         max_steps: episode length cap (VMAS ``max_steps``, PettingZoo MPE ``max_cycles``; classic
             games end on their own: there it is only the evaluation rollout's length).
         time_limit: an episode cut at ``max_steps``: ``truncate`` marks it ``truncated``

@@ -16,8 +16,10 @@
   group per agent in an AEC env; ``env.kwargs.group_map`` (``one_group_per_agent`` or
   ``all_in_one_group``) overrides that.
 
-Every env is wrapped with torchrl's ``PettingZooWrapper(use_mask=True)``: ``(group, "mask")`` is
-``False`` for an agent that is not acting (AEC: not its turn; parallel: it has left the episode,
+The copies run in a ``SerialEnv`` (``env.parallel=true``: a ``ParallelEnv``), or, for a turn-based
+game, in :class:`~marl_ppo.envs.aec_games.AecGames`, which steps the same copies' games in one loop
+and gives the same data, faster. Every env is wrapped with torchrl's ``PettingZooWrapper(use_mask=True)``:
+``(group, "mask")`` is ``False`` for an agent that is not acting (AEC: not its turn; parallel: it has left the episode,
 e.g. a Knights-Archers-Zombies archer eaten by a zombie). Those steps are padding: the router gives
 them no advantage and the losses skip them. A parallel env given by import path runs until every
 agent is done (a dead agent does not end the episode for the others). ``(group, "action_mask")``,
@@ -94,7 +96,7 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, lean: bool = Tr
 
     With ``lean`` (the default) and ``env.parallel=false``, the copies of a turn-based game that
     :class:`~marl_ppo.envs.aec_games.AecGames` takes are stepped by it instead of a ``SerialEnv``:
-    the same data, about five times faster.
+    the same data, collected about four times faster (docs/performance.md).
     """
     make = copy_factory(cfg)
     if lean and not cfg.parallel:
