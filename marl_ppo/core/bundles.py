@@ -31,6 +31,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch import nn
 
+from marl_ppo.core.diagnostics import Reducer, masked_diagnostics
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import value_norms
 from marl_ppo.models.modules import group_network
@@ -191,7 +192,7 @@ class GroupBundle:
             out = loss(bundled)
         finally:
             record = loss.record.take()  # this call's per-element tensors (see core.losses.LossRecord)
-        log_weight, kl, entropy, new_lp = record.log_weight, record.kl, record.entropy, record.log_prob
+        new_lp = record.log_prob
 
         per_group: dict[str, torch.Tensor] = {}
         count = None if mask is None else _by_group(mask, dim, k).sum(1).clamp_min(1)
@@ -210,32 +211,38 @@ class GroupBundle:
                     "build the router with bundle_groups=False"
                 )
         with torch.no_grad():
-            lw = _by_group(log_weight.detach(), dim, k)
-            clipped = lw.clamp(*loss._clip_bounds)
-            ratio = lw.exp()
-            elementwise = {
-                "clip_fraction": (clipped != lw).to(lw.dtype).mean(1),
-                "kl_approx": _by_group(kl.detach(), dim, k).mean(1),
-                "max_ratio": ratio.max(1).values,
-                "mean_ratio": ratio.mean(1),
-            }
-            if entropy is not None:
-                if is_tensor_collection(entropy):
-                    entropy = entropy.sum(dim="feature", reduce=True)
-                elementwise["entropy"] = _by_group(entropy.detach(), dim, k).mean(1)
-            per_group.update({name: elementwise[name] for name in out.keys() if name in elementwise})
+            if mask is not None:  # over each group's kept entries, not its padding (core/diagnostics.py)
+                reducer = Reducer(mask, dim, k)
+                per_group.update(masked_diagnostics(record, list(out.keys()), reducer, loss._clip_bounds))
+                reduce = reducer.mean
+            else:
+                per_group.update(_elementwise(record, out.keys(), loss._clip_bounds, dim, k))
+                reduce = lambda x: _by_group(x, dim, k).mean(1)  # noqa: E731
             if self.spec.is_composite_action:
                 per_group.update(
-                    self._head_diagnostics(
-                        self.spec.keys.action,
-                        new_lp,
-                        bundled,
-                        composite_entropy,
-                        lambda x: _by_group(x, dim, k).mean(1),
-                    )
+                    self._head_diagnostics(self.spec.keys.action, new_lp, bundled, composite_entropy, reduce)
                 )
         columns = {name: value.unbind(0) for name, value in per_group.items()}
         return {
             g: TensorDict({name: col[i] for name, col in columns.items()}, batch_size=[])
             for i, g in enumerate(self.groups)
         }
+
+
+def _elementwise(record, names, clip_bounds: tuple, dim: int, k: int) -> dict[str, torch.Tensor]:
+    """torchrl's element means (and max) of an unmasked bundle, one per group."""
+    lw = _by_group(record.log_weight.detach(), dim, k)
+    clipped = lw.clamp(*clip_bounds)
+    ratio = lw.exp()
+    elementwise = {
+        "clip_fraction": (clipped != lw).to(lw.dtype).mean(1),
+        "kl_approx": _by_group(record.kl.detach(), dim, k).mean(1),
+        "max_ratio": ratio.max(1).values,
+        "mean_ratio": ratio.mean(1),
+    }
+    entropy = record.entropy
+    if entropy is not None:
+        if is_tensor_collection(entropy):
+            entropy = entropy.sum(dim="feature", reduce=True)
+        elementwise["entropy"] = _by_group(entropy.detach(), dim, k).mean(1)
+    return {name: elementwise[name] for name in names if name in elementwise}

@@ -15,8 +15,8 @@ signature we override, so that an upgrade fails loudly there instead of silently
 * ``_reduce_loss(loss, tensordict)`` -- a reduced loss as ``[1]``, which torchrl squeezes back to a
   scalar: the same outside ``torch.vmap``, and under it (many seeds in one process,
   :mod:`marl_ppo.core.seeds`) torchrl's ``squeeze(-1)`` of a 0-dim tensor would fail;
-* ``_critic_loss_inputs(target_return, state_value, old_state_value)`` -- value
-  normalisation: the critic loss compares normalised targets and predictions with the
+* ``_critic_loss_inputs(target_return, state_value, old_state_value)`` -- records what the
+  explained variance compares, for a masked group's diagnostics; and value normalisation: the critic loss compares normalised targets and predictions with the
   statistics of the group's :class:`~torchrl.modules.ValueNorm`, which the router updates once
   per collected batch. torchrl's ``MAPPOLoss(value_norm=...)`` updates them on every call of
   the loss (every minibatch of every epoch) and leaves the critic's output in raw units; with
@@ -27,6 +27,7 @@ signature we override, so that an upgrade fails loudly there instead of silently
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,8 +78,10 @@ class LossRecord:
     The one place a loss keeps anything between torchrl's internal calls and its caller: written
     during ``forward`` by the overridden methods, read and cleared by the caller right after the
     call (:meth:`take`). ``log_prob`` (each head's new log-prob) is recorded for composite actions,
-    for the per-head diagnostics; ``log_weight``, ``kl`` and ``entropy`` per element only when the
-    loss was built with ``per_element=True`` (a bundle, which reduces them per group).
+    for the per-head diagnostics; ``log_weight``, ``kl``, ``entropy`` and the critic's compared
+    ``value_target`` and ``value`` per element only when the loss was built with
+    ``per_element=True`` (a bundle, which reduces them per group; a masked group, whose diagnostics
+    count only its kept entries, :mod:`marl_ppo.core.diagnostics`).
     """
 
     per_element: bool = False
@@ -86,11 +89,13 @@ class LossRecord:
     log_weight: torch.Tensor | None = None
     kl: torch.Tensor | None = None
     entropy: Any = None
+    value_target: torch.Tensor | None = None
+    value: torch.Tensor | None = None
 
     def take(self) -> "LossRecord":
         """This call's records, cleared here (a kept record would keep its autograd graph)."""
-        out = LossRecord(self.per_element, self.log_prob, self.log_weight, self.kl, self.entropy)
-        self.log_prob = self.log_weight = self.kl = self.entropy = None
+        out = dataclasses.replace(self)
+        self.log_prob = self.log_weight = self.kl = self.entropy = self.value_target = self.value = None
         return out
 
 
@@ -165,9 +170,13 @@ class _PerHeadLoss:
     def _critic_loss_inputs(self, target_return, state_value, old_state_value):
         norm = self._value_norm
         if norm is None:
-            return super()._critic_loss_inputs(target_return, state_value, old_state_value)
-        old = None if old_state_value is None else norm.normalize(old_state_value)
-        return norm.normalize(target_return), norm.normalize(state_value), old
+            out = super()._critic_loss_inputs(target_return, state_value, old_state_value)
+        else:
+            old = None if old_state_value is None else norm.normalize(old_state_value)
+            out = norm.normalize(target_return), norm.normalize(state_value), old
+        if self.record.per_element:  # what torchrl's explained variance compares
+            self.record.value_target, self.record.value = out[0].detach(), out[1].detach()
+        return out
 
     def _reduce_loss(self, loss, tensordict=None, **kwargs):
         out = super()._reduce_loss(loss, tensordict, **kwargs)

@@ -28,8 +28,7 @@ torch.Size([4, 8, 3, 1])
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Literal
 
@@ -40,6 +39,7 @@ from torch import nn
 
 from marl_ppo.core.advantages import check_trailing_one, compute_advantages, group_estimator
 from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
+from marl_ppo.core.diagnostics import Reducer, head_key, masked_diagnostics, per_head_diagnostics
 from marl_ppo.core.losses import LOSSES as _LOSSES
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
@@ -138,7 +138,11 @@ class GroupRouter(nn.Module):
         self.losses = nn.ModuleDict()
         for g, spec in self.groups.items():
             norm = self._value_norms.get(g, (None,))[0]
-            loss = self._make_loss(spec, actors[g], _on_group_keys(critics[g], spec), head_coeffs[g], value_norm=norm)
+            critic = _on_group_keys(critics[g], spec)
+            # a masked group records per element: its diagnostics count its kept entries (core/diagnostics.py)
+            loss = self._make_loss(
+                spec, actors[g], critic, head_coeffs[g], value_norm=norm, per_element=bool(spec.keys.mask)
+            )
             # the one GAE path (core/advantages.py): torchrl's estimator on the values our call wrote
             loss.make_value_estimator(group_estimator(spec.keys, gamma=gamma, lmbda=lmbda))
             self.losses[g] = loss
@@ -175,7 +179,7 @@ class GroupRouter(nn.Module):
         """One group's torchrl PPO loss, on the group's keys, with its heads' entropy coefficients."""
         keys = spec.keys
         entropy_heads = (
-            {_head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
+            {head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
             if spec.is_composite_action
             else None
         )
@@ -210,7 +214,7 @@ class GroupRouter(nn.Module):
         loss = self._make_loss(
             spec, actor, critic, head_coeffs[members[0]], value_norm=sliced, per_element=True, reduction="none"
         )
-        diagnostics = partial(_per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
+        diagnostics = partial(per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
         return GroupBundle(spec, members, loss, diagnostics)
 
     @property
@@ -316,46 +320,23 @@ class GroupRouter(nn.Module):
                 sub = sub.copy() if sub is td else sub
                 sub.set("shifted_valid", td.get(keys.mask))
             loss_td = loss(sub)
+            record, reduce = loss.record.take(), torch.mean
+            mask = td.get(keys.mask, None) if record.per_element else None
+            if mask is not None:  # torchrl's diagnostics count the padding too
+                reducer = Reducer(mask)
+                for name, value in masked_diagnostics(record, loss_td.keys(), reducer, loss._clip_bounds).items():
+                    loss_td.set(name, value[0])
+                reduce = lambda x: reducer.mean(x)[0]  # noqa: E731
             if self.groups[g].is_composite_action:
-                new_lp = loss.record.take().log_prob
                 entropy = loss_td.pop("composite_entropy", None)
-                for name, value in _per_head_diagnostics(
-                    self.heads[g], self.clip_epsilon, keys.action, new_lp, td, entropy, torch.mean
+                for name, value in per_head_diagnostics(
+                    self.heads[g], self.clip_epsilon, keys.action, record.log_prob, td, entropy, reduce
                 ).items():
                     loss_td.set(name, value)
             out[g] = _scalar_diagnostics(loss_td)
         for bundle in self._bundles:
             out.update(bundle(td))
         return TensorDict({g: out[g] for g in self.groups}, batch_size=[])
-
-
-def _per_head_diagnostics(
-    heads: list[Head],
-    clip_epsilon: float,
-    action_key: tuple,
-    new_lp: TensorDictBase,
-    td: TensorDictBase,
-    entropy: TensorDictBase | None,
-    reduce: Callable[[torch.Tensor], torch.Tensor],
-) -> dict[tuple, torch.Tensor]:
-    """Per head: entropy, mean log-ratio, approximate KL (k3) and the fraction of samples whose
-    own ratio leaves the clip range, beside torchrl's joint ``clip_fraction``.
-
-    ``reduce`` maps a per-element tensor to the logged value: a mean for one group, one mean per
-    group for a bundle.
-    """
-    low, high = math.log1p(-clip_epsilon), math.log1p(clip_epsilon)
-    diag = {}
-    with torch.no_grad():
-        for head in heads:
-            lp_key = _head_key(action_key, head, "_log_prob")
-            log_ratio = new_lp.get(lp_key).detach() - td.get(lp_key)
-            diag[head.name + ("log_ratio",)] = reduce(log_ratio)
-            diag[head.name + ("kl_approx",)] = reduce(log_ratio.exp() - 1 - log_ratio)
-            diag[head.name + ("clip_fraction",)] = reduce(((log_ratio < low) | (log_ratio > high)).float())
-            if entropy is not None:
-                diag[head.name + ("entropy",)] = reduce(entropy.get(_head_key(action_key, head, "_entropy")))
-    return diag
 
 
 def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
@@ -397,11 +378,6 @@ def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModul
     if len(critic.out_keys) > 1 and out_keys[0] in critic.out_keys:  # one critic writing every group's value
         return critic
     return TensorOutModule(critic.module, in_keys=in_keys, out_keys=out_keys)
-
-
-def _head_key(action_key: tuple, head: Head, suffix: str) -> tuple:
-    """Where torchrl's CompositeDistribution writes a head's log-prob/entropy: beside the head's action."""
-    return action_key + head.name[:-1] + (head.name[-1] + suffix,)
 
 
 def _head_coefficients(
