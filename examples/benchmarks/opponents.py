@@ -8,6 +8,7 @@ table of win / draw / loss rates per seat (mean over seeds) with the frames and 
     .venv/bin/python examples/benchmarks/opponents.py                                  # tictactoe, 2 seeds
     .venv/bin/python examples/benchmarks/opponents.py --tasks tictactoe,connect_four --seeds 3
     .venv/bin/python examples/benchmarks/opponents.py --task-overrides "opponents.player_2=self"
+    .venv/bin/python examples/benchmarks/opponents.py --seeds 1 --first-seed 2 --out runs/b/seed2  # one seed of a split
     .venv/bin/python examples/benchmarks/opponents.py --quick                          # smoke: a minute
 
 Tasks are shipped config names; ``--frames`` overrides their ``train.total_frames``.
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="tictactoe", help="shipped config names, comma-separated")
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds FIRST .. FIRST+SEEDS-1 (to split seeds over processes)"
+    )
     p.add_argument("--frames", type=int, help="train.total_frames of every run (default: the config's)")
     p.add_argument("--episodes", type=int, default=500, help="evaluation episodes per seat against random")
     p.add_argument("--task-overrides", default="", help="key=value overrides for every run, space-separated")
@@ -88,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.frames, args.episodes = 1, args.frames or 2000, 50
-    results = [train_and_play(t, s, args) for t in args.tasks.split(",") for s in range(args.seeds)]
+    results = [
+        train_and_play(t, s, args)
+        for t in args.tasks.split(",")
+        for s in range(args.first_seed, args.first_seed + args.seeds)
+    ]
     print(table(results))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2) + "\n")

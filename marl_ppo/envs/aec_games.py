@@ -70,8 +70,7 @@ def aec_games_refusal(copy: EnvBase) -> str | None:
             return f"group {group!r} has no categorical action"
     game = wrapper._env  # reset by the wrapper when it was built
     for agent in game.possible_agents:
-        obs = game.observe(agent)
-        if not isinstance(obs, dict) and "action_mask" in game.infos.get(agent, {}):
+        if "action_mask" in game.infos.get(agent, {}):
             return f"agent {agent!r} gives its action mask in its infos"
     return None
 
@@ -169,11 +168,12 @@ class AecGames(EnvBase):
         """SerialEnv's rule: the root ``_reset``, else any group's, else every copy."""
         if tensordict is None:
             return list(range(len(self.games)))
-        flags = [tensordict.get(k) for k in self.reset_keys if k in tensordict.keys(True)]
-        if not flags:
-            return list(range(len(self.games)))
         if "_reset" in tensordict.keys():
             flags = [tensordict.get("_reset")]
+        else:
+            flags = [tensordict.get(k) for k in self.reset_keys if k in tensordict.keys(True)]
+        if not flags:
+            return list(range(len(self.games)))
         rows = torch.zeros(len(self.games), dtype=torch.bool)
         for flag in flags:
             rows |= flag.reshape(len(self.games), -1).any(-1)
