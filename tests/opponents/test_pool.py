@@ -274,12 +274,13 @@ def test_the_trainers_collector_draws_snapshots_and_the_update_skips_their_steps
     "name, opponents",
     [
         ("tictactoe", {"player_1": "pool", "player_2": "pool:player_1"}),
-        ("connect_four", {"player_1": "pool:player_0"}),
+        ("connect_four", {"player_0": "pool", "player_1": "pool:player_0"}),
         ("simple_tag_pool", {"agent": "pool"}),
     ],
 )
 def test_the_shipped_competitive_configs_train_against_a_pool(name, opponents):
-    """tictactoe, connect_four (by default) and simple_tag_pool: pool seats on a training group's networks."""
+    """tictactoe, connect_four (by default) and simple_tag_pool: pool seats on a training group's networks;
+    the board games with one learner seat per game and a random player in the pool."""
     from marl_ppo.config import load_config
 
     cfg = load_config(name, overrides=["env.num_envs=2"])
@@ -295,6 +296,7 @@ def test_the_shipped_competitive_configs_train_against_a_pool(name, opponents):
     parts.env.close()
     if cfg.env.kind == "pettingzoo":
         assert cfg.log.eval_opponents == ["random"]
+        assert (cfg.pool.seating, cfg.pool.fixed, cfg.train.total_frames) == ("learner", ["random"], 1_000_000)
 
 
 def _first_legal(net: torch.nn.Module) -> None:
