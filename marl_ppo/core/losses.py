@@ -16,12 +16,12 @@ signature we override, so that an upgrade fails loudly there instead of silently
   scalar: the same outside ``torch.vmap``, and under it (many seeds in one process,
   :mod:`marl_ppo.core.seeds`) torchrl's ``squeeze(-1)`` of a 0-dim tensor would fail;
 * ``_critic_loss_inputs(target_return, state_value, old_state_value)`` -- records what the
-  explained variance compares, for a masked group's diagnostics; and value normalisation: the critic loss compares normalised targets and predictions with the
-  statistics of the group's :class:`~torchrl.modules.ValueNorm`, which the router updates once
-  per collected batch. torchrl's ``MAPPOLoss(value_norm=...)`` updates them on every call of
-  the loss (every minibatch of every epoch) and leaves the critic's output in raw units; with
-  ours the critic's network itself outputs normalised values (see
-  :class:`~marl_ppo.models.critic.NormalizedValueNet`).
+  explained variance compares, for a masked group's diagnostics; and value normalisation: the
+  critic loss compares normalised targets and predictions with the statistics of the group's
+  :class:`~torchrl.modules.ValueNorm`, which the router updates once per collected batch.
+  torchrl's ``MAPPOLoss(value_norm=...)`` updates them on every call of the loss (every
+  minibatch of every epoch) and leaves the critic's output in raw units; with ours the critic's
+  network itself outputs normalised values (see :class:`~marl_ppo.models.critic.NormalizedValueNet`).
 """
 
 from __future__ import annotations

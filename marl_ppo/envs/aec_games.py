@@ -138,6 +138,11 @@ class AecGames(EnvBase):
         self.full_reward_spec = first.full_reward_spec.expand(n, *first.full_reward_spec.shape).clone()
         self.full_done_spec = first.full_done_spec.expand(n, *first.full_done_spec.shape).clone()
 
+    @property
+    def description(self) -> str:
+        """How this env steps, for the run's notes."""
+        return f"env: {len(self.games)} copies of {self.games[0]} stepped by AecGames (one loop, no SerialEnv)"
+
     # -- seeding: SerialEnv's chain, each game seeded as the adapter's wrapper seeds it -------------
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchrl.envs import TransformedEnv
+
 from marl_ppo.config import Config
 from marl_ppo.options import ConfigError
 
@@ -49,12 +51,16 @@ def note(run_dir: Path, text: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
 
-def record_collector(run_dir: Path, collector) -> str:
+def record_collector(run_dir: Path, collector, env: Any = None) -> str:
     """The collector a run got, as one line in its notes, with the reason the lean VMAS path declined
-    where it did; returns the line's text (``summary.json`` keeps it too)."""
+    where it did and how ``env`` steps where it says (:class:`~marl_ppo.envs.aec_games.AecGames`);
+    returns the line's text (``summary.json`` keeps it too)."""
     text = collector.description
     if collector.declined:
         text += f"; the lean VMAS collector declined: {collector.declined}"
+    stepping = getattr(env.base_env if isinstance(env, TransformedEnv) else env, "description", None)
+    if isinstance(stepping, str):
+        text += f"; {stepping}"
     note(run_dir, f"collector: {text}")
     return text
 

@@ -134,7 +134,7 @@ class Trainer:
             self.close()
             return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
         collector = build_collector(cfg, parts.env, parts.policy, total_frames=remaining)
-        self.collector_used = record_collector(self.run_dir, collector)
+        self.collector_used = record_collector(self.run_dir, collector, parts.env)
         if self._resume is not None and self._resume.rng is not None:
             self._restart_episodes(collector, self._resume.rng)  # as the uninterrupted run did after this checkpoint
         progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)

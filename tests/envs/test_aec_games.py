@@ -135,3 +135,6 @@ def test_a_self_play_run_against_a_pool_is_the_same_either_way(tmp_path, monkeyp
 
     assert scalars("serial") == scalars("lean") != {}
     assert any("vs_random" in name for name in scalars("lean"))  # evaluations played on both
+    notes = (tmp_path / "lean" / "run.log").read_text()
+    assert "env: 4 copies of tictactoe_v3 stepped by AecGames" in notes
+    assert "AecGames" not in (tmp_path / "serial" / "run.log").read_text()
