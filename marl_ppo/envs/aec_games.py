@@ -167,7 +167,7 @@ class AecGames(EnvBase):
             game.reset(**kwargs)
             self._write(i, game, arrays, step=False)
         # rows not reset stay zero: EnvBase.reset keeps the input's values there (_update_during_reset)
-        return self._batch(arrays, root=np.zeros((len(self.games), 1), bool))
+        return self._batch(arrays, {key: np.zeros((len(self.games), 1), bool) for key in _DONE})
 
     def _rows_to_reset(self, tensordict: TensorDictBase | None) -> list[int]:
         """SerialEnv's rule: the root ``_reset``, else any group's, else every copy."""
@@ -192,8 +192,9 @@ class AecGames(EnvBase):
             game.step(actions[k][i, j])  # a numpy integer, as torchrl's wrapper hands it over
             self._write(i, game, arrays, step=True)
         # torchrl's AEC rule (done_on_any=False): a root flag is True where every agent's is
-        root = [np.logical_and.reduce([a[key].reshape(len(self.games), -1).all(-1) for a in arrays]) for key in _DONE]
-        return self._batch(arrays, root=np.stack(root, -1)[:, None, :])
+        n = len(self.games)
+        root = {key: np.logical_and.reduce([a[key].reshape(n, -1).all(-1) for a in arrays])[:, None] for key in _DONE}
+        return self._batch(arrays, root)
 
     def _write(self, i: int, game: Any, arrays: list[dict[str, np.ndarray]], step: bool) -> None:
         acting = game.agent_selection
@@ -219,10 +220,10 @@ class AecGames(EnvBase):
                     out["truncated"][i, j, 0] = truncated
                     out["done"][i, j, 0] = terminated or truncated
 
-    def _batch(self, arrays: list[dict[str, np.ndarray]], root: np.ndarray) -> TensorDictBase:
+    def _batch(self, arrays: list[dict[str, np.ndarray]], root: dict[str, np.ndarray]) -> TensorDictBase:
+        """The groups' arrays and the root flags (``[n, 1]`` each) as one tensordict, without copies."""
         n = len(self.games)
-        root_flags = root if root.ndim == 3 else np.repeat(root[:, :, None], 3, -1)
-        data: dict[str, Any] = {key: torch.from_numpy(root_flags[:, :, k].copy()) for k, key in enumerate(_DONE)}
+        data: dict[str, Any] = {key: torch.from_numpy(flag) for key, flag in root.items()}
         for grp, out in zip(self._groups, arrays):
             data[grp.name] = TensorDict(
                 {k: torch.from_numpy(v) for k, v in out.items()}, batch_size=[n, len(grp.agents)]
