@@ -18,6 +18,7 @@ from torch import nn
 from marl_ppo.config import ConfigError, load_config
 from marl_ppo.run.build import build, build_collector
 from marl_ppo.run.trainer import Trainer
+from tests.same_run import assert_same_run
 
 TINY = [
     "env.num_envs=4",
@@ -210,14 +211,7 @@ def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch)
     monkeypatch.setattr(trainer_module, "build_collector", functools.partial(build_collector, lean=False))
     plain = Trainer(cfg, run_dir=tmp_path / "torchrl")
     plain.fit()
-    for k, v in plain.parts.router.state_dict().items():
-        assert torch.equal(v, lean.parts.router.state_dict()[k]), k
-
-    def scalars(run):  # every logged metric but the timings, as written
-        root = tmp_path / run / "logs" / "scalars"
-        return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.csv") if "time" not in p.parts}
-
-    assert scalars("torchrl") == scalars("lean") != {}
+    assert_same_run(plain, lean, tmp_path / "torchrl", tmp_path / "lean")
 
 
 def test_lean_vmas_collector_declines_what_it_cannot_reproduce():

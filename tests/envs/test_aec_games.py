@@ -23,6 +23,7 @@ from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
 from marl_ppo.envs.pettingzoo import copy_factory, make_pettingzoo
 from marl_ppo.groups.specs import group_map
 from marl_ppo.run.trainer import Trainer
+from tests.same_run import assert_same_run
 
 GAMES = [
     ("tictactoe_v3", {}),
@@ -126,15 +127,8 @@ def test_a_self_play_run_against_a_pool_is_the_same_either_way(tmp_path, monkeyp
     plain = Trainer(cfg, run_dir=tmp_path / "serial")
     assert isinstance(plain.parts.env.base_env, SerialEnv)
     plain.fit()
-    for k, v in plain.parts.router.state_dict().items():
-        assert torch.equal(v, lean.parts.router.state_dict()[k]), k
-
-    def scalars(run):  # every logged metric but the timings, as written
-        root = tmp_path / run / "logs" / "scalars"
-        return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.csv") if "time" not in p.parts}
-
-    assert scalars("serial") == scalars("lean") != {}
-    assert any("vs_random" in name for name in scalars("lean"))  # evaluations played on both
+    logged = assert_same_run(plain, lean, tmp_path / "serial", tmp_path / "lean")
+    assert any("vs_random" in name for name in logged)  # evaluations played on both
     notes = (tmp_path / "lean" / "run.log").read_text()
     assert "env: 4 copies of tictactoe_v3 stepped by AecGames" in notes
     assert "AecGames" not in (tmp_path / "serial" / "run.log").read_text()
