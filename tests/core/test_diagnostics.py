@@ -58,8 +58,10 @@ def test_before_any_step_the_kept_entries_show_no_policy_change(batch_and_parts)
         assert (batch[g, "opponent"] == -2).any()  # episodes against the random player are in the batch
         new, entropy = _new_log_prob_and_entropy(parts, batch, g)
         log_ratio = new - batch[g, "action_log_prob"]
-        # the padding holds other log-probs (a random player's, another turn's): torchrl's mean counts them
-        assert (log_ratio.exp() - 1 - log_ratio)[~kept].mean() > 1e-2
+        # the random player's moves hold a log-prob of another action (the live policy's sample):
+        # torchrl's means count them
+        random_moves = batch[g, "mask"] & (batch[g, "opponent"] == -2)
+        assert (log_ratio.exp() - 1 - log_ratio)[random_moves].mean() > 1e-2
         d = out[g]
         assert d["kl_approx"].abs() < 1e-6, g
         assert d["clip_fraction"] == 0, g
