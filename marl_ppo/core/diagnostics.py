@@ -34,7 +34,9 @@ __all__ = ["Reducer", "masked_diagnostics", "per_head_diagnostics", "head_key"]
 
 class Reducer:
     """Per-element tensors shaped like ``mask`` (trailing 1s allowed) to one value per group, over
-    the entries ``mask`` keeps: ``k`` groups side by side along ``dim`` (a bundle), or one (``k=1``)."""
+    the entries ``mask`` keeps: ``k`` groups side by side along ``dim`` (a bundle), or one (``k=1``).
+    A group with no kept entry in the minibatch gets 0 for every value, as torchrl's masked losses
+    do: never a NaN that would spoil the iteration's mean."""
 
     def __init__(self, mask: torch.Tensor, dim: int = -1, k: int = 1) -> None:
         self.shape, self.dim, self.k = mask.shape, dim % max(mask.ndim, 1), k
@@ -54,19 +56,22 @@ class Reducer:
 
     def max(self, x: torch.Tensor) -> torch.Tensor:
         r = self.rows(x.detach().float())
-        out = torch.where(self.keep, r, -torch.inf).max(1).values
-        return torch.where(self.count > 0, out, torch.nan)
+        return self._or_zero(torch.where(self.keep, r, -torch.inf).max(1).values)
 
     def effective_sample_size(self, log_weight: torch.Tensor) -> torch.Tensor:
         """Kish's effective sample size of the kept entries' weights, as a fraction of their count."""
         r = torch.where(self.keep, self.rows(log_weight.detach().float()), -torch.inf)
-        return (2 * r.logsumexp(1) - (2 * r).logsumexp(1)).exp() / self.count.clamp_min(1)
+        return self._or_zero((2 * r.logsumexp(1) - (2 * r).logsumexp(1)).exp() / self.count.clamp_min(1))
 
     def explained_variance(self, target: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         """``1 - Var(target - value) / Var(target)`` over the kept entries (torchrl's formula)."""
         t, v = self.rows(target.detach().float()), self.rows(value.detach().float())
         eps = torch.finfo(t.dtype).eps
-        return 1.0 - self._variance(t - v) / (self._variance(t) + eps)
+        return self._or_zero(1.0 - self._variance(t - v) / (self._variance(t) + eps))
+
+    def _or_zero(self, value: torch.Tensor) -> torch.Tensor:
+        """0 for a group with no kept entry (as :meth:`mean` gives, and torchrl's masked losses)."""
+        return torch.where(self.count > 0, value, 0.0)
 
     def _variance(self, r: torch.Tensor) -> torch.Tensor:
         mean = torch.where(self.keep, r, 0.0).sum(1, keepdim=True) / self.count.clamp_min(1).unsqueeze(1)

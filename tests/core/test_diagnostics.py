@@ -83,3 +83,13 @@ def test_the_reducer_counts_only_kept_entries_per_group():
     value = torch.tensor([[5.0, 5.0, 1.0, 2.0], [5.0, 5.0, 2.0, 5.0]])
     # group 1: targets 1, 3, 2 (variance 2/3), residuals 0, 1, 0 (variance 2/9) -> 1 - 1/3
     torch.testing.assert_close(two.explained_variance(target, value)[1], torch.tensor(2 / 3))
+
+
+def test_a_group_with_no_kept_entry_gets_zeros_not_nans():
+    """A minibatch may hold none of a group's kept entries: its values are 0 (torchrl's masked losses
+    give 0 too), never a NaN that would spoil the mean over the iteration's minibatches."""
+    mask = torch.tensor([[True, False], [True, False]])
+    two = Reducer(mask, dim=1, k=2)  # group 1 (column 1) keeps nothing
+    x = torch.tensor([[0.5, 9.0], [0.5, 9.0]])
+    for value in (two.mean(x), two.max(x), two.effective_sample_size(x), two.explained_variance(x, x + 1)):
+        assert torch.isfinite(value).all() and value[1] == 0
