@@ -18,9 +18,10 @@
 
 The copies run in a ``SerialEnv`` (``env.parallel=true``: a ``ParallelEnv``), or, for a turn-based
 game, in :class:`~marl_ppo.envs.aec_games.AecGames`, which steps the same copies' games in one loop
-and gives the same data, faster. Every env is wrapped with torchrl's ``PettingZooWrapper(use_mask=True)``:
-``(group, "mask")`` is ``False`` for an agent that is not acting (AEC: not its turn; parallel: it has left the episode,
-e.g. a Knights-Archers-Zombies archer eaten by a zombie). Those steps are padding: the router gives
+and gives the same data, faster. Every env is wrapped with torchrl's
+``PettingZooWrapper(use_mask=True)``: ``(group, "mask")`` is ``False`` for an agent that is not
+acting (AEC: not its turn; parallel: it has left the episode, e.g. a Knights-Archers-Zombies
+archer eaten by a zombie). Those steps are padding: the router gives
 them no advantage and the losses skip them. A parallel env given by import path runs until every
 agent is done (a dead agent does not end the episode for the others). ``(group, "action_mask")``,
 where the env gives one, is fed to the policy's masked categorical. Observations that are not one
