@@ -1,7 +1,8 @@
 """The default run, short, digested: what must stay bit for bit the same across a refactor.
 
 ``python tests/run/reference_run.py --write`` records the digest of the current code into
-``tests/run/data/reference_default.json``; ``tests/run/test_reference.py`` reruns the same command and
+``tests/run/data/reference_default.json`` (``--seeds``: a group of four seeds in one process, every
+seed's directory, into ``reference_seeds.json``); ``tests/run/test_reference.py`` reruns the same command and
 compares. The run goes through the ``marl-ppo`` command line and the digest reads only the run
 directory (its checkpoint files and metric CSVs), so the same script serves the code before and
 after a restructuring.
@@ -27,10 +28,22 @@ from pathlib import Path
 import torch
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_default.json"
+SEEDS_REFERENCE = Path(__file__).resolve().parent / "data" / "reference_seeds.json"
 # the default config (MAPPO on VMAS navigation), three iterations, one thread (thread count changes
 # reduction orders), a periodic checkpoint at iteration 2 (the episode restart it implies included)
 OVERRIDES = [
     "train.total_frames=18000",
+    "train.num_threads=1",
+    "log.checkpoint_every=2",
+    "log.progress=false",
+    "log.plot=false",
+]
+# a group of four seeds in one process (train.seeds): smaller batches, the same checkpoint rhythm
+SEEDS_OVERRIDES = [
+    "train.seeds=[0,1,2,3]",
+    "env.num_envs=20",
+    "train.frames_per_batch=2000",
+    "train.total_frames=6000",
     "train.num_threads=1",
     "log.checkpoint_every=2",
     "log.progress=false",
@@ -103,16 +116,26 @@ def run(root: Path) -> Path:
     return run_dir
 
 
+def run_seeds(root: Path) -> dict[str, object]:
+    """Trains the reference group of seeds under ``root``; returns every seed's directory digested."""
+    cmd = [sys.executable, "-m", "marl_ppo.cli", "train", *SEEDS_OVERRIDES, f"log.root={root}", "log.name=group"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return {path.name: digest(path) for path in sorted(root.glob("group-seed*"))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"record the digest into {REFERENCE}")
+    parser.add_argument("--seeds", action="store_true", help=f"the group of seeds instead ({SEEDS_REFERENCE})")
     args = parser.parse_args()
+    target, overrides = (SEEDS_REFERENCE, SEEDS_OVERRIDES) if args.seeds else (REFERENCE, OVERRIDES)
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"machine": machine(), "overrides": OVERRIDES, "digest": digest(run(Path(tmp)))}
+        got = run_seeds(Path(tmp)) if args.seeds else digest(run(Path(tmp)))
+        result = {"machine": machine(), "overrides": overrides, "digest": got}
     if args.write:
-        REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-        REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {REFERENCE}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {target}")
     else:
         print(json.dumps(result, indent=1, sort_keys=True))
 
