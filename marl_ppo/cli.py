@@ -48,41 +48,31 @@ def _train(args: argparse.Namespace) -> int:
         if not (run_dir / "config.yaml").exists():
             raise FileNotFoundError(f"cannot resume: {run_dir} has no config.yaml")
         if (run_dir / "seeds_group.json").exists():  # one seed of a train.seeds group: the whole group goes on
-            from marl_ppo.run.seeds import resume_group
+            from marl_ppo.run.seeds import group_run_dirs
+            from marl_ppo.run.trainer import Trainer
 
-            return _fit_seeds(resume_group(run_dir, overrides))
-        cfg = load_config(run_dir / "config.yaml", overrides)
-        from marl_ppo.run.trainer import Trainer
+            dirs = group_run_dirs(run_dir)
+            configs = [load_config(d / "config.yaml", overrides) for d in dirs]
+            trainer = Trainer(configs[0], configs=configs, run_dirs=dirs, resume=True)
+        else:
+            cfg = load_config(run_dir / "config.yaml", overrides)
+            from marl_ppo.run.trainer import Trainer
 
-        trainer = Trainer(cfg, run_dir=run_dir, resume=True)
+            trainer = Trainer(cfg, run_dir=run_dir, resume=True)
     else:
         cfg = load_config(config, overrides)
-        if cfg.train.seeds:
-            return _train_seeds(cfg)
+        if len(cfg.train.seeds) > 1:
+            from marl_ppo.run.seeds import check_seeds
+
+            check_seeds(cfg)  # before torch builds anything
         from marl_ppo.run.trainer import Trainer
 
         trainer = Trainer(cfg)
-    print(f"run directory: {trainer.run_dir}")
+    for run_dir in trainer.run_dirs:
+        print(f"run directory: {run_dir}")
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     print(json.dumps(summary, indent=2))
-    return 0
-
-
-def _train_seeds(cfg) -> int:
-    """``train.seeds=[...]``: the seeds trained in one process, one run directory each."""
-    from marl_ppo.run.seeds import SeedsTrainer, check_seeds
-
-    if len(cfg.train.seeds) > 1:
-        check_seeds(cfg)  # before torch builds anything
-    return _fit_seeds(SeedsTrainer(cfg))
-
-
-def _fit_seeds(group) -> int:
-    for run_dir in group.run_dirs:
-        print(f"run directory: {run_dir}")
-    summaries = group.fit()
-    print(json.dumps(summaries, indent=2))
     return 0
 
 

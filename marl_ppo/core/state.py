@@ -1,21 +1,24 @@
-"""The training state: everything a run changes as it trains, held in one object.
+"""The training state: everything a run of 1..S seeds changes as it trains, held in one object.
 
-:class:`TrainState` is where every piece of state of the core lives, and the checkpoint is its
-:meth:`~TrainState.state_dict` (plus the run's own records: RNG states, the config):
+:class:`TrainState` is where every piece of state of the core lives, and a seed's checkpoint is
+its :meth:`~TrainState.state_dict` (plus the run's own records: RNG states, the config):
 
-* the router's parameters and buffers (:meth:`TrainState.params`, tensordict's
-  ``TensorDict.from_module``): the networks, each group's value-normalisation statistics, each
-  head's entropy coefficient and its configured base;
-* the optimizer's state (inside the :class:`~marl_ppo.core.aggregate.AggregatedStep`) and the
-  learning-rate schedule's;
-* ``generator``: the ``torch.Generator`` the update draws its minibatch order from (``None``: the
-  global torch RNG);
-* the counters (iteration, frames) and the last collected returns per group;
+* the parameters and buffers of every seed (:attr:`TrainState.stack`, a
+  :class:`~marl_ppo.core.seeds.SeedStack`: one router's own tensors, or S stacked): the networks,
+  each group's value-normalisation statistics, each head's entropy coefficient and its configured
+  base;
+* the optimizer's state (inside the :class:`~marl_ppo.core.aggregate.AggregatedStep`, one for all
+  seeds) and the learning-rate schedule's (one: the seeds share their config);
+* ``generators``: each seed's ``torch.Generator`` the update draws its minibatch order from
+  (``None``: the global torch RNG);
+* the counters (iteration, frames per seed) and each seed's last collected returns per group;
 * ``pools``: the snapshot pools of ``pool`` seats (:mod:`marl_ppo.opponents.pool`), their stacked snapshots.
 
 Nothing in the core keeps state anywhere else: the losses' per-call records
 (:class:`~marl_ppo.core.losses.LossRecord`) live for one call, and no attribute is set on a
-torchrl object from outside it.
+torchrl object from outside it. Seed ``s``'s :meth:`~TrainState.state_dict` is the one its single
+run would write (the router's state dict, the optimizer's over the router's parameters), so every
+seed's checkpoint loads as a single run's.
 
 >>> import torch
 >>> from marl_ppo.core.aggregate import AggregatedStep
@@ -30,7 +33,7 @@ torch.Size([1, 2])
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -38,51 +41,124 @@ from tensordict import TensorDict
 from torch import nn
 
 from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.seeds import SeedStack
 
 __all__ = ["TrainState"]
 
 
-@dataclass
 class TrainState:
-    """The router, its optimizer step and schedule, the update's generator and the counters (see the module)."""
+    """The seeds' parameters, their optimizer step and schedule, the update's generators and the counters.
 
-    router: nn.Module
-    step: AggregatedStep
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    generator: torch.Generator | None = None
-    iteration: int = 0
-    frames: int = 0
-    last_returns: dict[str, float] = field(default_factory=dict)
-    pools: dict[str, Any] = field(default_factory=dict)  # snapshot pools by seat (opponents: pool)
+    ``model``: a router (one seed) or a :class:`~marl_ppo.core.seeds.SeedStack`. ``generator``: the
+    update's generator, or one per seed. ``names``: with S > 1 seeds, the router's trainable
+    parameter names in a single run's optimizer order (what a seed's checkpoint lists its Adam
+    state by).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | SeedStack,
+        step: AggregatedStep,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        generator: torch.Generator | Sequence[torch.Generator | None] | None = None,
+        *,
+        pools: dict[str, Any] | None = None,
+        names: Sequence[str] = (),
+    ) -> None:
+        self.stack = model if isinstance(model, SeedStack) else SeedStack([model])
+        self.step, self.scheduler = step, scheduler
+        generators = list(generator) if isinstance(generator, Sequence) else [generator]
+        if len(generators) != self.seeds:
+            raise ValueError(f"one generator per seed: {self.seeds} seed(s), {len(generators)} generator(s)")
+        self.generators = generators
+        self.iteration, self.frames = 0, 0
+        self.returns: list[dict[str, float]] = [{} for _ in generators]  # each seed's last collected returns
+        self.pools = dict(pools or {})  # snapshot pools by seat (opponents: pool)
+        self.names = list(names)
+
+    @property
+    def seeds(self) -> int:
+        return self.stack.seeds
+
+    @property
+    def router(self) -> nn.Module:
+        """The router (with S seeds: the template, holding seed 0's tensors between calls)."""
+        return self.stack.template
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The first seed's generator (a single run's)."""
+        return self.generators[0]
+
+    @property
+    def last_returns(self) -> dict[str, float]:
+        """The first seed's last collected returns (a single run's)."""
+        return self.returns[0]
 
     def params(self) -> TensorDict:
-        """The router's parameters and buffers as one (locked) TensorDict, sharing their storage."""
-        return TensorDict.from_module(self.router)
+        """Every parameter and buffer as one (locked) TensorDict sharing their storage (``[S]`` for S seeds)."""
+        return TensorDict.from_module(self.router) if self.seeds == 1 else self.stack.params
 
-    def state_dict(self) -> dict[str, Any]:
-        """Tensors and plain containers only (a checkpoint loads it with ``weights_only=True``)."""
+    def state_dict(self, seed: int = 0) -> dict[str, Any]:
+        """Seed ``seed``'s state as its single run has it: tensors and plain containers only (a checkpoint
+        loads it with ``weights_only=True``)."""
         out = {
-            "router": self.router.state_dict(),
-            "optimizer": self.step.optimizer.state_dict(),
+            "router": self.stack.state_dict(seed),
+            "optimizer": self.step.optimizer.state_dict() if self.seeds == 1 else self._seed_optimizer(seed),
             "scheduler": self.scheduler.state_dict(),
             "iteration": self.iteration,
             "frames": self.frames,
-            "last_returns": dict(self.last_returns),
+            "last_returns": dict(self.returns[seed]),
         }
-        if self.generator is not None:
-            out["generator"] = self.generator.get_state()
+        if self.generators[seed] is not None:
+            out["generator"] = self.generators[seed].get_state()
         if self.pools:
             out["pools"] = {g: pool.snapshots.state() for g, pool in self.pools.items()}
         return out
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`'s output (the router's tensors are copied onto its devices)."""
-        self.router.load_state_dict(state["router"])
-        self.step.optimizer.load_state_dict(state["optimizer"])
+    def load_state_dict(self, state: dict[str, Any], seed: int = 0) -> None:
+        """Restores :meth:`state_dict`'s output for ``seed`` (the tensors are copied onto their devices)."""
+        self.stack.load_state_dict(seed, state["router"])
+        if self.seeds == 1:
+            self.step.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self.load_optimizer_states({seed: state["optimizer"]})
         self.scheduler.load_state_dict(state["scheduler"])
         self.iteration, self.frames = int(state["iteration"]), int(state["frames"])
-        self.last_returns = dict(state.get("last_returns", {}))
-        if self.generator is not None and "generator" in state:
-            self.generator.set_state(state["generator"])
+        self.returns[seed] = dict(state.get("last_returns", {}))
+        if self.generators[seed] is not None and "generator" in state:
+            self.generators[seed].set_state(state["generator"])
         for g, pool in self.pools.items():
             pool.snapshots.load(state["pools"][g])
+
+    # -- S seeds: each seed's optimizer state in its single run's form -------------------
+
+    def _seed_optimizer(self, seed: int) -> dict[str, Any]:
+        """Seed ``seed``'s Adam state as its single run's optimizer lists it (by :attr:`names`)."""
+        state = {}
+        for i, name in enumerate(self.names):
+            own = self.step.optimizer.state.get(self.stack.stacked(name))
+            if own:
+                state[i] = {k: (v if k == "step" else v[seed]).clone() for k, v in own.items()}
+        groups = [{**g, "params": list(range(len(self.names)))} for g in self.step.optimizer.state_dict()["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def load_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Single-run optimizer states (``{seed: optimizer state dict}``, listed by :attr:`names`) into the
+        stacked optimizer's slices of those seeds: a resumed group continues each seed's moments."""
+        optimizer = self.step.optimizer
+        for i, name in enumerate(self.names):
+            p = self.stack.stacked(name)
+            for seed, single in states.items():
+                own = single["state"].get(i)
+                if not own:
+                    continue
+                if not optimizer.state.get(p):  # a fresh optimizer: moments of zeros, every seed's
+                    optimizer.state[p] = {k: (v.clone() if k == "step" else torch.zeros_like(p)) for k, v in own.items()}
+                mine = optimizer.state[p]
+                with torch.no_grad():
+                    for k, v in own.items():
+                        if k == "step":
+                            mine[k].copy_(v)
+                        else:
+                            mine[k][seed].copy_(v)

@@ -1,7 +1,8 @@
 """The PPO update: epochs over shuffled minibatches of a collected batch, one aggregated step each.
 
-:func:`ppo_update` is the whole update once a batch has its advantages; the trainer calls it once
-per iteration, the benchmarks call it directly.
+:func:`ppo_update` is the whole update once a batch has its advantages, for one seed or many in one
+process (a :class:`~marl_ppo.core.seeds.SeedStack`); the trainer calls it once per iteration, the
+benchmarks and notebooks call it directly.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.modules import set_recurrent_mode
 
+from collections.abc import Sequence
+
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.seeds import SeedStack
 
 __all__ = ["ppo_update", "update_keys", "sequence_chunks", "TrainingError", "StopRequested"]
 
@@ -61,7 +65,7 @@ def sequence_chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
 
 
 def ppo_update(
-    router: GroupRouter,
+    model: GroupRouter | SeedStack,
     step: AggregatedStep,
     batch: TensorDictBase,
     *,
@@ -70,54 +74,72 @@ def ppo_update(
     check_each_step: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
     seq_len: int | None = None,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
-    Returns the per-group diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm``.
-    A non-finite loss raises :class:`TrainingError`, checked after every step on CPU
-    (``check_each_step``, default) and after every epoch on an accelerator. ``should_stop`` is
-    asked after every step; when it answers true the update stops there (``StopRequested``).
+    ``model`` is a router (one seed) or a :class:`~marl_ppo.core.seeds.SeedStack` of S seeds, whose
+    ``batch`` is ``[S, ...]`` and whose ``step`` is built with ``seeds=S``. Returns the per-group
+    diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm`` (``[S]`` each for
+    S > 1). A non-finite loss raises :class:`TrainingError`: with one seed, checked after every step
+    on CPU (``check_each_step``, default) and after every epoch on an accelerator; with S seeds, when
+    every seed has failed (a failed seed keeps its last good state, see
+    :class:`~marl_ppo.core.aggregate.AggregatedStep`). ``should_stop`` is asked after every step; when
+    it answers true the update stops there (``StopRequested``).
 
     With a recurrent model (``router.recurrent_keys``), the samples are chunks of ``seq_len``
     consecutive steps of one env (``minibatch_size / seq_len`` chunks a minibatch), replayed in
     torchrl's recurrent mode from the hidden states stored at collection.
 
     ``generator`` draws the minibatch order (the training state's own, see
-    :class:`~marl_ppo.core.state.TrainState`); ``None`` draws it from the global torch RNG.
+    :class:`~marl_ppo.core.state.TrainState`; one per seed for S seeds, each drawing its seed's order
+    on its own device as that seed's single run would); ``None`` draws it from the global torch RNG.
     """
+    stack = model if isinstance(model, SeedStack) else SeedStack([model])
+    seeds, router = stack.seeds, stack.template
+    generators = list(generator) if isinstance(generator, Sequence) else [generator]
+    if len(generators) != seeds:
+        raise ValueError(f"one generator per seed: {seeds} seed(s), {len(generators)} generator(s)")
+    if step.seeds != seeds:
+        raise ValueError(f"the step is built for {step.seeds} seed(s), the model has {seeds}")
     selected = batch.select(*update_keys(router))
     recurrent = bool(router.recurrent_keys)
     if recurrent:
         if seq_len is None:
             raise ValueError("the router has recurrent modules: ppo_update needs seq_len (model.seq_len)")
-        flat = sequence_chunks(selected, seq_len)
+        chunks = [sequence_chunks(selected if seeds == 1 else selected[s], seq_len) for s in range(seeds)]
+        flat = chunks[0] if seeds == 1 else torch.stack(chunks)
         minibatch_size = max(minibatch_size // seq_len, 1)
     else:
-        flat = selected.reshape(-1)
-    n = flat.shape[0]
+        flat = selected.reshape(-1) if seeds == 1 else selected.reshape(seeds, -1)
+    n = flat.shape[0 if seeds == 1 else 1]  # samples (steps, or chunks of seq_len steps) per seed
     n_minibatches = max(n // minibatch_size, 1)
     mode = (lambda: set_recurrent_mode(True)) if recurrent else contextlib.nullcontext
     # on an accelerator, reading the loss each step would make the host wait for the device every
-    # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way)
+    # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way);
+    # with S seeds the step reads each seed's loss on the host anyway (which seeds go on)
     if check_each_step is None:
         check_each_step = all(p.device.type == "cpu" for p in step.params)
+    rows = torch.arange(seeds, device=flat.device).unsqueeze(1)
     total, count = None, 0
     for _ in range(num_epochs):
-        perm = torch.randperm(n, device=flat.device, generator=generator)
+        perms = torch.stack([_order(n, g, flat.device) for g in generators])  # [S, n]
         logged = []
         for i in range(n_minibatches):
+            index = perms[:, i * minibatch_size : (i + 1) * minibatch_size]
             with mode():
-                losses = router(flat[perm[i * minibatch_size : (i + 1) * minibatch_size]])
+                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index])
             stats = step(losses)
-            if check_each_step and not torch.isfinite(stats["loss"]):
+            if seeds > 1 and not bool(step.alive.any()):
+                raise TrainingError("; ".join(step.failures.values()))
+            if seeds == 1 and check_each_step and not torch.isfinite(stats["loss"]):
                 raise TrainingError(_non_finite_message(losses))
             if should_stop is not None and should_stop():
                 raise StopRequested
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])
             logged.append(losses.detach())  # detached: a kept loss keeps its step's autograd graph
-        if not check_each_step:
+        if seeds == 1 and not check_each_step:
             finite = torch.isfinite(torch.stack([losses.get("loss") for losses in logged]))
             if not finite.all():
                 raise TrainingError(_non_finite_message(logged[int((~finite).nonzero()[0])]))
@@ -130,6 +152,13 @@ def ppo_update(
     # not `total / count`: dividing a TensorDict by an int adds `int` to tensordict's memo of known
     # classes, which a torch.compile guard of the compiled losses watches (one needless recompile)
     return total.apply(lambda v: v / count)
+
+
+def _order(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """A minibatch order, drawn on the generator's device (the global RNG's: ``device``), moved to ``device``."""
+    if generator is None:
+        return torch.randperm(n, device=device)
+    return torch.randperm(n, device=generator.device, generator=generator).to(device)
 
 
 def _non_finite_message(losses: TensorDictBase) -> str:

@@ -28,7 +28,8 @@ Written by hand: torchrl has no opponent pool, and its collectors take one polic
 >>> snapshots.add(dict(net.named_parameters()), size=4); len(snapshots)
 1
 >>> snapshots.choice = torch.zeros(5, dtype=torch.long)
->>> torch.equal(snapshots(torch.ones(5, 1, 3)), net(torch.ones(5, 1, 3)))
+>>> # the vmapped call and the plain module agree to float32 rounding (the last bits vary by CPU)
+>>> torch.allclose(snapshots(torch.ones(5, 1, 3)), net(torch.ones(5, 1, 3)), rtol=1e-5, atol=1e-6)
 True
 """
 

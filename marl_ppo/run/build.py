@@ -56,6 +56,7 @@ __all__ = [
     "build",
     "build_opponent",
     "train_state",
+    "lr_schedule",
     "build_collector",
     "worker_env_fns",
     "load_policy",
@@ -180,15 +181,20 @@ def train_state(cfg: Config, parts: Parts) -> TrainState:
     """The run's :class:`~marl_ppo.core.state.TrainState` around ``parts``: its learning-rate schedule
     (``train.lr_schedule``: constant, or linear to 0 over ``train.iterations``), the update's
     ``torch.Generator`` on ``train.device`` seeded with ``train.seed``, and counters at 0."""
-    iterations = cfg.train.iterations
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        parts.step.optimizer,
-        (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
-    )
+    scheduler = lr_schedule(cfg, parts.step.optimizer)
     # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
     # nothing from the global RNG, and a checkpoint carries this stream's state
     generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
     return TrainState(parts.router, parts.step, scheduler, generator=generator, pools=parts.pools)
+
+
+def lr_schedule(cfg: Config, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    """``train.lr_schedule`` over ``optimizer``: constant, or linear to 0 over ``train.iterations``."""
+    iterations = cfg.train.iterations
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        (lambda it: max(1.0 - it / iterations, 0.0)) if cfg.train.lr_schedule == "linear" else (lambda it: 1.0),
+    )
 
 
 def _make_worker_env(env_cfg: EnvConfig, seed: int, num_envs: int, state: Any = None) -> EnvBase:
@@ -209,16 +215,19 @@ def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]
     ]
 
 
-def build_collector(cfg: Config, env: EnvBase, policy: Any, *, total_frames: int, lean: bool = True) -> BatchCollector:
+def build_collector(
+    cfg: Config, env: EnvBase, policy: Any, *, total_frames: int, lean: bool = True, seeds: int = 1
+) -> BatchCollector:
     """The collector of ``train.collector`` (:func:`~marl_ppo.collect.collectors.make_collector`): ``env`` for
-    ``direct``, a seeded share of ``env.num_envs`` per worker otherwise."""
+    ``direct``, a seeded share of ``env.num_envs`` per worker otherwise. ``seeds``: S seeds' env copies in
+    ``env``, each seed collecting ``train.frames_per_batch`` a batch (``total_frames`` is per seed)."""
     backend = cfg.train.collector.backend
     env_fns = worker_env_fns(cfg, state_spec(policy)) if backend != "direct" else ()
     return make_collector(
         env,
         policy,
-        frames_per_batch=cfg.train.frames_per_batch,
-        total_frames=total_frames,
+        frames_per_batch=seeds * cfg.train.frames_per_batch,
+        total_frames=seeds * total_frames,
         device=cfg.train.device,
         backend=backend,
         env_fns=env_fns,

@@ -11,21 +11,15 @@ from typing import Any
 from torchrl.envs import TransformedEnv
 
 from marl_ppo.config import Config
-from marl_ppo.options import ConfigError
 
-__all__ = ["run_directory", "record_collector", "note", "finished_summary", "write_summary"]
+__all__ = ["run_directory", "collector_text", "note", "finished_summary", "write_summary"]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
     """The run's directory. A new run never writes into another run's directory: the default name
     (``<log.root>/<run name>``) gets the next free ``-2``, ``-3``... suffix, and an explicit directory
-    holding a run is refused; a resumed run uses the directory as it is. A config with several
-    ``train.seeds`` is refused: one run directory holds one seed (:mod:`marl_ppo.run.seeds` trains them)."""
-    if len(cfg.train.seeds) > 1:
-        raise ConfigError(
-            f"train.seeds={cfg.train.seeds}: a Trainer runs one seed (train.seed); several seeds train with "
-            "marl-ppo train or marl_ppo.run.seeds.SeedsTrainer, one run directory each"
-        )
+    holding a run is refused; a resumed run uses the directory as it is. One directory holds one seed
+    (``cfg`` is a single seed's config, see :func:`~marl_ppo.run.seeds.seed_configs`)."""
     if run_dir is not None:
         run_dir = Path(run_dir)
         if not resume and (run_dir / "config.yaml").exists():
@@ -51,17 +45,16 @@ def note(run_dir: Path, text: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
 
-def record_collector(run_dir: Path, collector, env: Any = None) -> str:
-    """The collector a run got, as one line in its notes, with the reason the lean VMAS path declined
-    where it did and how ``env`` steps where it says (:class:`~marl_ppo.envs.aec_games.AecGames`);
-    returns the line's text (``summary.json`` keeps it too)."""
+def collector_text(collector, env: Any = None) -> str:
+    """The collector a run got, in one line (its notes and ``summary.json`` keep it), with the reason the
+    lean VMAS path declined where it did and how ``env`` steps where it says
+    (:class:`~marl_ppo.envs.aec_games.AecGames`)."""
     text = collector.description
     if collector.declined:
         text += f"; the lean VMAS collector declined: {collector.declined}"
     stepping = getattr(env.base_env if isinstance(env, TransformedEnv) else env, "description", None)
     if isinstance(stepping, str):
         text += f"; {stepping}"
-    note(run_dir, f"collector: {text}")
     return text
 
 

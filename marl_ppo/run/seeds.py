@@ -1,38 +1,30 @@
-"""Many seeds in one process (``train.seeds``): S runs on one env batch, one run directory per seed.
+"""Many seeds in one process (``train.seeds``): what S seeds of one :class:`~marl_ppo.run.trainer.Trainer` need.
 
-Each seed is the :class:`~marl_ppo.run.trainer.Trainer` of its single run (``train.seed=s``, built
-as that run builds: the same initial networks, its own run directory, logger, evaluation and
-checkpoints). What they share: one env of ``S x env.num_envs`` copies (VMAS or PettingZoo), seed ``s`` acting on
-copies ``[s E, (s + 1) E)`` with its own policy (:func:`seed_policy`), and one update for all
-(:mod:`marl_ppo.core.seeds`: stacked parameters, ``torch.vmap`` over the seed dim, per-seed
-minibatch order, clip and Adam). After each update, each seed's parameters, statistics and Adam
-moments are written into its trainer, which then logs, evaluates and checkpoints as a single run
-does: ``eval``, ``plot``, ``suite merge`` read each directory as a single run's.
+The trainer runs 1..S seeds through one loop; this module holds the few pieces that are only there
+for S > 1:
+
+* each seed's single-run config (:func:`seed_config`: ``train.seed=s``, its own run directory), and
+  what many seeds cannot run yet (:func:`check_seeds`);
+* the seeds' training state stacked from their single-run states (:func:`stacked_state`: each seed
+  starts from the networks its single run would build, or from its own checkpoint);
+* the collection policy (:func:`seed_policy`): one env of ``S x env.num_envs`` copies, seed ``s``
+  acting on copies ``[s E, (s + 1) E)`` with its own networks, in one vmapped call;
+* the group file in each seed's directory, through which ``--resume`` of any seed resumes the group.
 
 VMAS keeps one random stream per process (DESIGN.md trap 17), and the policies sample from the
 global one: the seeds of a group are independent runs, but not the runs each seed gives alone. The
 same list of seeds gives the same group again (bit for bit on CPU).
 
 Written by hand: torchrl's collectors take one policy; :func:`seed_policy` is the policy that runs
-each seed's actor networks on its own env copies, in one vmapped call.
-
->>> import tempfile
->>> from marl_ppo.config import load_config
->>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
-...     "train.total_frames=80", "train.num_epochs=1", "train.minibatch_size=20", "model.hidden=[16]",
-...     "log.plot=false", "train.seeds=[0,1]", f"log.root={tempfile.mkdtemp()}", "log.name=demo"])
->>> group = SeedsTrainer(cfg)
->>> [(s["run_dir"].rpartition("/")[2], s["frames"]) for s in group.fit()]
-[('demo-seed0', 80), ('demo-seed1', 80)]
+each seed's actor networks on its own env copies.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -44,36 +36,40 @@ from tensordict.nn import (
 )
 from torch import nn
 
-from marl_ppo.collect.collectors import make_collector
 from marl_ppo.config import Config
-from marl_ppo.core.seeds import SeedStack, SeedStep, seed_refusal, seeds_update
-from marl_ppo.core.update import TrainingError
-from marl_ppo.envs import make_env
-from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.seeds import SeedStack, seed_refusal
+from marl_ppo.core.state import TrainState
 from marl_ppo.options import ConfigError
-from marl_ppo.run.build import build, seed_everything
-from marl_ppo.run.checkpoints import load_checkpoint, rng_state
-from marl_ppo.run.directory import note
-from marl_ppo.run.resume import restart_episodes
-from marl_ppo.run.trainer import Trainer
+from marl_ppo.run.build import lr_schedule
 
 __all__ = [
     "SeedNet",
     "SeedLoop",
     "seed_policy",
-    "SeedsTrainer",
     "seed_config",
+    "seed_configs",
     "check_seeds",
-    "resume_group",
+    "stacked_state",
+    "group_run_dirs",
+    "write_group_file",
     "GROUP_FILE",
 ]
 
 GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
 
-def check_seeds(cfg: Config) -> None:
-    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run yet."""
-    why = None
+def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module | None = None) -> None:
+    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run yet:
+    from ``cfg`` (with ``train.seeds``), each seed's ``configs`` (which may differ only in the seed and its
+    name) and the first seed's built ``router``."""
+    differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
+    if differ:
+        raise ConfigError(f"the configs of seeds {differ} differ from seed {configs[0].train.seed}'s in more than the seed")
+    seeds = cfg.train.seeds or [c.train.seed for c in configs]
+    why = seed_refusal(router) if router is not None else None
+    if why is not None:
+        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
     if cfg.env.kind == "custom":
         why = "env.kind=custom (one batched env for all seeds: VMAS and PettingZoo for now)"
     elif cfg.train.collector.backend != "direct":
@@ -85,7 +81,12 @@ def check_seeds(cfg: Config) -> None:
     elif cfg.log.video:
         why = "log.video=true"
     if why is not None:
-        raise ConfigError(f"train.seeds={cfg.train.seeds}: many seeds in one process do not support {why}")
+        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why}")
+
+
+def seed_configs(cfg: Config) -> list[Config]:
+    """The single-run config of each seed of ``cfg``: ``[cfg]`` itself without ``train.seeds``."""
+    return [seed_config(cfg, s) for s in cfg.train.seeds] if cfg.train.seeds else [cfg]
 
 
 def seed_config(cfg: Config, seed: int) -> Config:
@@ -160,148 +161,49 @@ def seed_policy(stack: SeedStack) -> TensorDictModuleBase:
     return TensorDictSequential(*actors)
 
 
-class SeedsTrainer:
-    """``train.seeds``: each seed's :class:`~marl_ppo.run.trainer.Trainer`, trained together.
-
-    The seeds' run directories go under ``log.root``, each named as its single run would be
-    (``<env>-<algorithm>-seed<s>``, or ``<log.name>-seed<s>``). The time each seed logs for
-    collection and update (``time/collect_s``, ``time/update_s``) is the whole group's, so its
-    ``time/fps`` is frames per second per seed. There is no progress bar.
-    """
-
-    def __init__(
-        self, cfg: Config, *, configs: list[Config] | None = None, run_dirs: list | None = None, resume: bool = False
-    ) -> None:
-        """``cfg`` with ``train.seeds``; or each seed's own ``configs`` (single-run configs that differ only in
-        ``train.seed`` and ``log.name``, as a suite plans them) with their ``run_dirs``. ``resume``: the group
-        in ``run_dirs`` continues from its seeds' checkpoints (:func:`resume_group`)."""
-        seeds = list(cfg.train.seeds) if configs is None else [c.train.seed for c in configs]
-        configs = [seed_config(cfg, s) for s in seeds] if configs is None else list(configs)
-        run_dirs = [None] * len(configs) if run_dirs is None else list(run_dirs)
-        self.cfg = cfg = dataclasses.replace(configs[0], train=dataclasses.replace(configs[0].train, seeds=seeds))
-        self._failed: set[int] = set()
-        if len(seeds) == 1:  # one seed: its single run, exactly (nothing to stack)
-            self.trainers, self.stack = [Trainer(configs[0], run_dir=run_dirs[0], resume=resume)], None
-            return
-        check_seeds(cfg)
-        differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
-        if differ:
-            raise ConfigError(f"the configs of seeds {differ} differ from seed {seeds[0]}'s in more than the seed")
-        probe = build(configs[0])  # what the networks are, before any run directory exists
-        probe.env.close()
-        why = seed_refusal(probe.router)
-        if why is not None:
-            raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
-        self.trainers = [Trainer(c, run_dir=d, resume=resume) for c, d in zip(configs, run_dirs)]  # single runs'
-        self.stack = SeedStack([t.parts.router for t in self.trainers])  # resumed: from their checkpoints
-        self.step = SeedStep(
-            self.stack, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
+def stacked_state(cfg: Config, singles: Sequence[TrainState]) -> TrainState:
+    """One :class:`~marl_ppo.core.state.TrainState` for the seeds whose single-run states are ``singles`` (as
+    :func:`~marl_ppo.run.build.train_state` built them, each maybe resumed from its checkpoint): their
+    routers stacked, one optimizer step and one schedule for all, their generators, counters and returns.
+    One seed: its state as it is. The singles' own routers and optimizers are not kept."""
+    if len(singles) == 1:
+        return singles[0]
+    first = singles[0]
+    behind = [s for s, single in enumerate(singles) if (single.iteration, single.frames) != (first.iteration, first.frames)]
+    if behind:
+        raise ConfigError(
+            f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from the first's "
+            f"iteration {first.iteration}): resume each seed's directory as a single run instead"
         )
-        self._names = [[n for n, p in t.parts.router.named_parameters() if p.requires_grad] for t in self.trainers]
-        self.step.set_lr(self.trainers[0].scheduler.get_last_lr()[0])
-        if resume:
-            self.step.load_optimizer_states([t.parts.step.optimizer for t in self.trainers], self._names[0])
-        group = {"seeds": seeds, "run_dirs": [str(t.run_dir) for t in self.trainers]}
-        for trainer in self.trainers:  # --resume of any seed's directory resumes the group
-            (trainer.run_dir / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")
-        for trainer in self.trainers:  # each trainer's own env: the seeds collect on the shared one
-            trainer.parts.env.close()
-        seed_everything(seeds[0])
-        self.envs = cfg.env.num_envs
-        self.env = make_env(cfg.env, seed=seeds[0], num_envs=len(seeds) * self.envs)
-        prime_env(self.env, state_spec(self.stack.template.policy))  # a recurrent model's stored states
-        self.policy = seed_policy(self.stack)
-
-    @property
-    def run_dirs(self) -> list[Path]:
-        return [t.run_dir for t in self.trainers]
-
-    def fit(self) -> list[dict[str, Any]]:
-        """Trains every seed to ``train.total_frames``; returns their summaries (each also its ``summary.json``)."""
-        cfg, seeds = self.cfg, len(self.trainers)
-        remaining = cfg.train.total_frames - self.trainers[0].frames  # a resumed group: what is left
-        if self.stack is None or remaining <= 0:  # one seed; or a group that ended: each completes its record
-            return [trainer.fit() for trainer in self.trainers]
-        collector = make_collector(
-            self.env,
-            self.policy,
-            frames_per_batch=seeds * cfg.train.frames_per_batch,
-            total_frames=seeds * remaining,
-            device=cfg.train.device,
-            backend="direct",
-        )
-        for trainer in self.trainers:
-            trainer.collector_used = f"{collector.description}, {seeds} seeds in one process (train.seeds)"
-            note(trainer.run_dir, f"collector: {trainer.collector_used}")
-        first = self.trainers[0]
-        if first.iteration:  # resumed at a checkpoint: the envs restart there, as the uninterrupted group's did
-            rng = load_checkpoint(first.ckpt_dir / f"iter_{first.iteration:05d}.pt")["rng"]
-            restart_episodes(collector, rng, cfg.train.seed + first.iteration)
-        progress = _NoProgress()
-        try:
-            t0 = time.perf_counter()
-            for batch in collector:
-                t_collect, t1 = time.perf_counter() - t0, time.perf_counter()
-                batch = self.trainers[0].parts.reward_table(batch)  # elementwise: every seed's copies at once
-                batch = self.stack.compute_advantages(batch.reshape(seeds, self.envs, -1))
-                stats = seeds_update(
-                    self.stack,
-                    self.step,
-                    batch,
-                    num_epochs=cfg.train.num_epochs,
-                    minibatch_size=cfg.train.minibatch_size,
-                    generators=[t.state.generator for t in self.trainers],
-                    seq_len=cfg.model.seq_len,  # read only by a recurrent router, as ppo_update does
-                )
-                t_update = time.perf_counter() - t1
-                for s, trainer in enumerate(self.trainers):
-                    if s in self._failed:
-                        continue
-                    if not bool(self.step.alive[s]):  # a non-finite loss: this seed stops, its last good state kept
-                        self._fail(s, trainer)
-                        continue
-                    self._to_trainer(s, trainer)
-                    trainer.record(batch[s], stats[s], t_collect=t_collect, t_update=t_update, progress=progress)
-                    self.stack.load_state_dict(s, trainer.parts.router.state_dict())  # its scheduled coefficients
-                    if trainer.checkpoint_due() and trainer.frames < cfg.train.total_frames:
-                        trainer.save()
-                self.step.set_lr(first.scheduler.get_last_lr()[0])
-                if first.checkpoint_due() and first.frames < cfg.train.total_frames:  # an episode boundary
-                    restart_episodes(collector, rng_state(), cfg.train.seed + first.iteration)
-                t0 = time.perf_counter()
-        except BaseException as err:
-            for s, trainer in enumerate(self.trainers):
-                if s not in self._failed:
-                    trainer.logger.error(err)
-                    trainer.close()
-            raise
-        finally:
-            collector.shutdown()
-        return [t.finish() for s, t in enumerate(self.trainers) if s not in self._failed]
-
-    def _fail(self, s: int, trainer: Trainer) -> None:
-        """Seed ``s`` failed: its run ends with the error, its last checkpoint kept, as a single run's would."""
-        self._failed.add(s)
-        trainer.logger.error(TrainingError(self.step.failures[s]))
-        trainer.close()
-
-    def _to_trainer(self, s: int, trainer: Trainer) -> None:
-        """Seed ``s``'s parameters, statistics and Adam moments into its own trainer (what it logs and saves)."""
-        trainer.parts.router.load_state_dict(self.stack.state_dict(s))
-        optimizer = trainer.parts.step.optimizer
-        optimizer.load_state_dict(self.step.optimizer_state(s, self._names[s], optimizer))
+    names = [n for n, p in first.router.named_parameters() if p.requires_grad]  # a single run's optimizer order
+    stack = SeedStack([single.router for single in singles])
+    step = AggregatedStep(
+        stack.trainable,
+        lr=cfg.train.lr,
+        max_grad_norm=cfg.train.max_grad_norm,
+        weights=cfg.loss.group_weights,
+        seeds=stack.seeds,
+    )
+    scheduler = lr_schedule(cfg, step.optimizer)
+    scheduler.load_state_dict(first.scheduler.state_dict())
+    for group, single in zip(step.optimizer.param_groups, first.step.optimizer.param_groups):
+        group["lr"], group["initial_lr"] = single["lr"], single["initial_lr"]  # as the config in force set them
+    state = TrainState(stack, step, scheduler, [single.generator for single in singles], names=names)
+    state.iteration, state.frames = first.iteration, first.frames
+    state.returns = [dict(single.last_returns) for single in singles]
+    if first.iteration:  # resumed: each seed's Adam moments go on
+        state.load_optimizer_states({s: single.step.optimizer.state_dict() for s, single in enumerate(singles)})
+    return state
 
 
-def resume_group(run_dir: str | Path, overrides: list[str] = ()) -> SeedsTrainer:
-    """The group of seeds that ``run_dir`` (any seed's directory) belongs to, resumed from its checkpoints."""
-    from marl_ppo.config import load_config
-
+def group_run_dirs(run_dir: str | Path) -> list[Path]:
+    """The run directories of the group of seeds that ``run_dir`` (any seed's directory) belongs to."""
     group = json.loads((Path(run_dir) / GROUP_FILE).read_text())
-    dirs = [Path(d) for d in group["run_dirs"]]
-    configs = [load_config(d / "config.yaml", list(overrides)) for d in dirs]
-    return SeedsTrainer(configs[0], configs=configs, run_dirs=dirs, resume=True)
+    return [Path(d) for d in group["run_dirs"]]
 
 
-class _NoProgress:
-    def update(self, *args, **kwargs) -> None:
-        pass
+def write_group_file(run_dirs: Sequence[Path], seeds: Sequence[int]) -> None:
+    """Each seed's directory names the whole group: ``--resume`` of any of them resumes all."""
+    group = {"seeds": list(seeds), "run_dirs": [str(d) for d in run_dirs]}
+    for run_dir in run_dirs:
+        (Path(run_dir) / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")

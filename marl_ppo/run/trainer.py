@@ -1,7 +1,9 @@
 """The trainer: collect, route rewards, advantages per group, PPO epochs with one aggregated step.
 
-Reads top to bottom: :func:`~marl_ppo.run.build.build` wires the parts from a :class:`~marl_ppo.config.Config`;
-:class:`Trainer` runs the loop, logs, evaluates and checkpoints; :func:`~marl_ppo.core.update.ppo_update` is the update.
+One loop for one seed or many in one process (``train.seeds``): :func:`~marl_ppo.run.build.build`
+wires each seed's parts from its config, :class:`Trainer` runs the loop, and each seed logs,
+evaluates and checkpoints into its own run directory (:class:`~marl_ppo.run.record.SeedRecord`);
+:func:`~marl_ppo.core.update.ppo_update` is the update, the same for every S.
 
 >>> from marl_ppo.config import load_config
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
@@ -11,55 +13,63 @@ Reads top to bottom: :func:`~marl_ppo.run.build.build` wires the parts from a :c
 >>> summary = Trainer(cfg, run_dir=tmp).fit()
 >>> summary["iteration"], summary["frames"]
 (2, 80)
+>>> import dataclasses
+>>> group = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seeds=[0, 1]),
+...     log=dataclasses.replace(cfg.log, root=tmp, name="demo"))
+>>> [(s["run_dir"].rpartition("/")[2], s["frames"]) for s in Trainer(group).fit()]
+[('demo-seed0', 80), ('demo-seed1', 80)]
 """
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
 from tensordict import TensorDictBase
 
-from marl_ppo.collect.collectors import BatchCollector
-from marl_ppo.config import Config, to_container, to_yaml
+from marl_ppo.config import Config
 from marl_ppo.core.update import StopRequested, TrainingError, ppo_update
-from marl_ppo.envs import EnvFactory
-from marl_ppo.run.build import build, build_collector, record_factory, train_state
+from marl_ppo.envs import EnvFactory, make_env
+from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.options import ConfigError
+from marl_ppo.run.build import build, build_collector, record_factory, seed_everything, train_state
 from marl_ppo.run.callbacks import Callbacks
-from marl_ppo.run.checkpoints import rng_state, write_checkpoint
-from marl_ppo.run.directory import finished_summary, note, record_collector, run_directory, write_summary
-from marl_ppo.run.evaluation import Evaluator
-from marl_ppo.run.logger import RunLogger
-from marl_ppo.run.matches import Matches
+from marl_ppo.run.directory import collector_text, finished_summary, note, run_directory
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
-from marl_ppo.run.resume import restart_episodes, resume_point, write_resume_log
+from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord, schedule_entropy
+from marl_ppo.run.resume import restart_episodes
+from marl_ppo.run.seeds import check_seeds, seed_configs, seed_policy, stacked_state, write_group_file
 from marl_ppo.run.signals import RunInterrupted, StopSignals
-from marl_ppo.run.video import FrameRecorder
 
-__all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted"]
-
-CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
+__all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted", "CHECKPOINT_FORMAT"]
 
 
 class Trainer:
-    """Runs a config into a run directory: resolved config, reward table, logs, checkpoints, plots.
+    """Runs a config into run directories: resolved config, reward table, logs, checkpoints, plots.
 
-    Everything is built and validated (config, devices, env, reward table) before the run
-    directory is created. ``resume=True`` continues the run in ``run_dir`` from its newest usable
-    checkpoint (see ``docs/runs.md``): counters, parameters, optimizer, schedules and RNG states
-    carry on, the logs drop what was written after the checkpoint, and the envs restart their
-    episodes from a seed of the iteration, as the uninterrupted run does at every periodic
-    checkpoint, so that the resumed run reproduces it exactly. A run directory without a
-    checkpoint resumes as a fresh start.
+    ``cfg`` trains one seed (``train.seed``) into ``run_dir``, or, with ``train.seeds``, S seeds in
+    one process, each into its own directory (``<log.name or run name>-seed<s>`` under ``log.root``)
+    as its single run would write it; ``configs`` and ``run_dirs`` give each seed's single-run config
+    and directory instead (a suite's jobs, a resumed group). The seeds share one env of ``S x
+    env.num_envs`` copies, one collector, one update and one :attr:`state`
+    (:class:`~marl_ppo.core.state.TrainState`); with one seed, the env and the router are the run's
+    own, as built. :meth:`fit` returns the summary, or with ``train.seeds`` (or ``configs``) the
+    list of the seeds' summaries.
+
+    Everything is built and validated (config, devices, env, reward table) before a run directory
+    is created. ``resume=True`` continues the run in ``run_dir`` (each seed's, for a group) from its
+    newest usable checkpoint (see ``docs/runs.md``): counters, parameters, optimizer, schedules and
+    RNG states carry on, the logs drop what was written after the checkpoint, and the envs restart
+    their episodes from a seed of the iteration, as the uninterrupted run does at every periodic
+    checkpoint, so that the resumed run reproduces it exactly. A run directory without a checkpoint
+    resumes as a fresh start.
 
     ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
     ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
-    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.run.callbacks`).
-    Everything the run changes as it trains is :attr:`state` (:class:`~marl_ppo.core.state.TrainState`).
+    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.run.callbacks`; with S
+    seeds, the per-seed hooks once per seed).
     """
 
     def __init__(
@@ -70,41 +80,43 @@ class Trainer:
         resume: bool = False,
         env_fn: EnvFactory | None = None,
         callbacks: Sequence[object] = (),
+        configs: Sequence[Config] | None = None,
+        run_dirs: Sequence[str | Path | None] | None = None,
     ) -> None:
         cfg = record_factory(cfg, env_fn)
-        self.cfg, self.env_fn, self.callbacks = cfg, env_fn, Callbacks(callbacks)
-        cfg.check_machine()  # before the run directory exists
-        self.run_dir = run_directory(cfg, run_dir, resume)
-        self.parts = build(cfg, env_fn=env_fn)  # a bad env, table or model fails before the run directory exists
-        self.state = train_state(cfg, self.parts)
-        self.ckpt_dir = self.run_dir / "checkpoints"
-        self.evaluator = Evaluator(
-            cfg, self.parts.policy, list(self.parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn
-        )
-        self.matches = Matches(cfg, self.parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
-        self._last_eval_iteration: int | None = None
-        self._last_eval: dict[str, float] = {}
-        self._snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
-        self._saved_iteration: int | None = None
-        self._stop_requested = self._warned_unseeded = self._warned_no_episode = False
+        self.env_fn, self.callbacks = env_fn, Callbacks(callbacks)
+        self.grouped = configs is not None or bool(cfg.train.seeds)
+        configs = list(configs) if configs is not None else seed_configs(cfg)
+        self.seeds = [c.train.seed for c in configs]
+        if run_dirs is None and run_dir is not None and len(configs) > 1:
+            raise ConfigError(f"train.seeds={self.seeds}: each seed has its own directory; give run_dirs, not run_dir")
+        run_dirs = list(run_dirs) if run_dirs is not None else [run_dir] * len(configs)
+        self.cfg = configs[0]
+        if len(configs) > 1:
+            check_seeds(cfg, configs)
+        self.cfg.check_machine()  # before a run directory exists
+        planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]
+        singles = [(parts, train_state(c, parts)) for c in configs for parts in [build(c, env_fn=env_fn)]]
+        self.parts = parts = singles[0][0]  # with S seeds, seed 0's router is the template of the stack
+        if len(configs) > 1:
+            check_seeds(cfg, configs, parts.router)  # a bad env, table or model fails before any directory exists
+        self.records = [
+            SeedRecord(c, d, parts, state, resume=resume, env_fn=env_fn)
+            for c, d, (_, state) in zip(configs, planned, singles)
+        ]
+        self.state = stacked_state(self.cfg, [state for _, state in singles])  # one seed: its own, as built
+        self.env, self.policy = parts.env, parts.policy
+        if len(configs) > 1:  # one env of S x E copies, seed s acting on its own with its own tensors
+            parts.step = self.state.step
+            for other, _ in singles:
+                other.env.close()
+            seed_everything(self.seeds[0])
+            self.env = make_env(self.cfg.env, seed=self.seeds[0], num_envs=len(configs) * self.cfg.env.num_envs)
+            prime_env(self.env, state_spec(parts.router.policy))  # a recurrent model's stored states
+            self.policy = seed_policy(self.state.stack)
+            write_group_file(self.run_dirs, self.seeds)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
-        self._config_yaml = to_yaml(cfg)
-        self._resume = resume_point(self.run_dir, cfg, self.state) if resume else None
-        if self._resume is not None and self._resume.rng is not None:
-            self._saved_iteration = self.state.iteration
-            schedule_entropy(cfg, self.parts.router, self.iteration)  # this iteration's, from the config in force
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self._resume is None or not self._resume.finished:  # a finished run resumed keeps its record
-            (self.run_dir / "config.yaml").write_text(self._config_yaml)
-        (self.run_dir / "reward_table.txt").write_text(str(self.parts.reward_table) + "\n")
-        self.resume_notes = (
-            [] if not resume else write_resume_log(self.run_dir, self._resume.notes, self.state.iteration)
-        )
-        for line in (n for n in self.resume_notes if n.startswith("changed ")):
-            note(self.run_dir, line)
-        self.logger = RunLogger(
-            self.run_dir, cfg.log, cfg.run_name(), resume_step=self.frames if resume else None, config=to_container(cfg)
-        )
+        self._stop_requested = self._warned_unseeded = False
 
     @property
     def iteration(self) -> int:
@@ -112,61 +124,83 @@ class Trainer:
 
     @property
     def frames(self) -> int:
+        """Frames collected per seed."""
         return self.state.frames
 
     @property
-    def scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
+    def scheduler(self):
         return self.state.scheduler
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [record.run_dir for record in self.records]
+
+    @property
+    def run_dir(self) -> Path:
+        """The (first seed's) run directory."""
+        return self.records[0].run_dir
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.records[0].ckpt_dir
+
+    @property
+    def logger(self):
+        return self.records[0].logger
+
+    @property
+    def evaluator(self):
+        return self.records[0].evaluator
+
+    @property
+    def resume_notes(self) -> list[str]:
+        return self.records[0].resume_notes
 
     # -- the loop -----------------------------------------------------------------------
 
-    def fit(self) -> dict[str, Any]:
-        """Trains to ``train.total_frames``; returns the summary (also ``summary.json``).
+    def fit(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """Trains to ``train.total_frames``; returns the summary (also ``summary.json``), or the seeds' summaries.
 
-        Raises :class:`RunInterrupted` after SIGINT/SIGTERM (a checkpoint of the last completed
-        iteration written, the loggers closed, ``error.txt`` saying why).
+        Raises :class:`RunInterrupted` after SIGINT/SIGTERM (a checkpoint of every seed's last
+        completed iteration written, the loggers closed, ``error.txt`` saying why).
         """
-        cfg, parts = self.cfg, self.parts
-        remaining = cfg.train.total_frames - self.frames
-        if (remaining <= 0 or self._stop_requested) and not (self.run_dir / "summary.json").exists():
-            return self.finish()  # ended (or stopped) after its last checkpoint, before its summary: completed
-        if remaining <= 0 or self._stop_requested:  # finished, or stopped before fit with its record: kept
-            self.close()
-            return finished_summary(self.run_dir, self.frames, cfg.train.total_frames)
-        collector = build_collector(cfg, parts.env, parts.policy, total_frames=remaining)
-        self.collector_used = record_collector(self.run_dir, collector, parts.env)
-        if self._resume is not None and self._resume.rng is not None:
-            self._restart_episodes(collector, self._resume.rng)  # as the uninterrupted run did after this checkpoint
-        progress = self.logger.progress(cfg.train.total_frames, self.frames, enabled=cfg.log.progress)
+        cfg, state = self.cfg, self.state
+        remaining = cfg.train.total_frames - state.frames
+        if remaining <= 0 or self._stop_requested:  # finished or stopped: each seed completes or keeps its record
+            return self._result([self._completed(s) for s in range(len(self.records))])
+        collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds)
+        self.collector_used = collector_text(collector, self.env)
+        if state.seeds > 1:
+            self.collector_used += f", {state.seeds} seeds in one process (train.seeds)"
+        for record in self.records:
+            note(record.run_dir, f"collector: {self.collector_used}")
+        resumed = self.records[0].resume
+        if resumed is not None and resumed.rng is not None:
+            self._restart_episodes(collector, resumed.rng)  # as the uninterrupted run did after this checkpoint
+        progress = self.logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
         try:
             with StopSignals() as stop:
                 t0 = time.perf_counter()
                 for batch in collector:
                     if stop.requested:
                         raise StopRequested
-                    self._iterate(
-                        batch,
-                        time.perf_counter() - t0,
-                        should_stop=lambda: stop.requested is not None,
-                        progress=progress,
-                    )
+                    should_stop = lambda: stop.requested is not None  # noqa: E731
+                    self._iterate(batch, time.perf_counter() - t0, should_stop=should_stop, progress=progress)
                     collector.update_policy_weights_()
                     if stop.requested:
                         raise StopRequested
-                    if self.checkpoint_due() and self.frames < cfg.train.total_frames:
-                        self.save()
-                        self._restart_episodes(collector, self._snapshot["rng"])
+                    if self.checkpoint_due() and state.frames < cfg.train.total_frames:
+                        for s in self._live():
+                            self._save(s)
+                        self._restart_episodes(collector, self.records[self._live()[0]].snapshot["rng"])
                     if self._stop_requested:  # after this iteration's checkpoint (whose callbacks may ask it)
                         break
                     t0 = time.perf_counter()
         except StopRequested:
             err = self._interrupted(stop.requested)
-            self.logger.error(err, reason=str(err))
-            self.close()
             raise err from None
         except BaseException as err:
-            self.logger.error(err)
-            self.close()
+            self._fail_all(err)
             raise
         finally:
             progress.close()
@@ -174,76 +208,58 @@ class Trainer:
         try:
             return self.finish()
         except BaseException as err:
-            self.logger.error(err)
-            self.close()
+            self._fail_all(err)
             raise
 
     def _iterate(self, batch: TensorDictBase, t_collect: float, *, should_stop, progress) -> None:
-        """One iteration on a collected batch: rewards, advantages, update, log, evaluate, snapshot."""
+        """One iteration on a collected batch: rewards, advantages, update, then each seed's record."""
         cfg, parts, state = self.cfg, self.parts, self.state
         t1 = time.perf_counter()
-        batch = parts.reward_table(batch)
-        parts.router.compute_advantages(batch)
+        batch = parts.reward_table(batch)  # elementwise: every seed's env copies at once
+        batch = state.stack.compute_advantages(state.stack.split(batch))  # [S, E, T] for S > 1
         self.callbacks("on_batch_collected", self, batch)
         stats = ppo_update(
-            parts.router,
-            parts.step,
+            state.stack,
+            state.step,
             batch,
             num_epochs=cfg.train.num_epochs,
             minibatch_size=cfg.train.minibatch_size,
             should_stop=should_stop,
             seq_len=cfg.model.seq_len,
-            generator=state.generator,
+            generator=state.generators,
         )
-        self.record(batch, stats, t_collect=t_collect, t_update=time.perf_counter() - t1, progress=progress)
+        self._record(batch, stats, t_collect=t_collect, t_update=time.perf_counter() - t1, progress=progress)
 
-    def record(
-        self, batch: TensorDictBase, stats: TensorDictBase, *, t_collect: float, t_update: float, progress
-    ) -> None:
-        """What follows an update (also a seed's of many in one process): schedules, counters, metrics, evaluation."""
+    def _record(self, batch: TensorDictBase, stats: TensorDictBase, *, t_collect: float, t_update: float, progress):
+        """What follows an update: the schedule and counters, then each seed's metrics, evaluation and snapshot."""
         cfg, parts, state = self.cfg, self.parts, self.state
         lr = state.scheduler.get_last_lr()[0]  # the rate this update used
         state.scheduler.step()
         state.iteration += 1
-        state.frames += batch.numel()
+        state.frames += batch.numel() // state.seeds
         pool_metrics = parts.after_update(state.iteration, batch)  # a pool's ratings and snapshot of this iteration
-        state.last_returns = episode_returns(batch, list(parts.groups)) or state.last_returns
-        metrics = iteration_metrics(
-            batch,
-            stats,
-            state.last_returns,
-            parts.router,
-            t_collect=t_collect,
-            t_update=t_update,
-            iteration=state.iteration,
-            groups=parts.groups,
-        )
-        metrics.update(pool_metrics, **{"train/lr": lr})
-        schedule_entropy(cfg, parts.router, state.iteration)  # the next update's, as a resume at this point sets it
-        if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
-            metrics.update(self._evaluate())
-        self.logger.log(metrics, state.frames)
-        self.callbacks("on_update_end", self, metrics)
-        progress.update(batch.numel(), {g: state.last_returns.get(g) for g in parts.groups})
-        # kept in memory: a signal during the next iteration checkpoints this one (a few MB, ~ms)
-        self._snapshot = copy.deepcopy(self._checkpoint())
-
-    def _evaluate(self) -> dict[str, float]:
-        """The run's evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`), logged as ``eval/...``."""
-        recorder = FrameRecorder() if self.cfg.log.video else None
-        result = self.evaluator(callback=recorder)
-        if recorder is not None:
-            video = recorder.save(self.run_dir / "videos" / f"eval_iter{self.iteration:05d}.gif")
-            self.logger.log_file("eval/video", video, self.frames)
-        if result.episodes == 0 and not self._warned_no_episode:  # nothing to log as a return
-            self._warned_no_episode = True
-            print(f"marl-ppo: evaluation at iteration {self.iteration}: {result.no_episode_message()}", file=sys.stderr)
-        self._last_eval_iteration = self.iteration
-        self._last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
-        self._last_eval["eval/episodes"] = result.episodes
-        self._last_eval.update(self.matches.metrics())
-        self.callbacks("on_evaluation_end", self, result.returns)
-        return self._last_eval
+        for s in self._live():
+            record = self.records[s]
+            if not bool(state.step.alive[s]):  # a non-finite loss: this seed stops, its last good state kept
+                record.fail(TrainingError(state.step.failures[s]))
+                continue
+            own, own_stats = (batch, stats) if state.seeds == 1 else (batch[s], stats[s])
+            state.returns[s] = episode_returns(own, list(parts.groups)) or state.returns[s]
+            with state.stack.seed(s) as router:
+                metrics = iteration_metrics(
+                    own, own_stats, state.returns[s], router, t_collect=t_collect, t_update=t_update,
+                    iteration=state.iteration, groups=parts.groups,
+                )  # fmt: skip
+                metrics.update(pool_metrics, **{"train/lr": lr})
+                schedule_entropy(cfg, router, state.iteration)  # the next update's, as a resume at this point sets it
+                if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
+                    metrics.update(record.evaluate(state.iteration, state.frames))
+            if record.last_eval_iteration == state.iteration:
+                self.callbacks("on_evaluation_end", self, record.eval_returns)
+            record.logger.log(metrics, state.frames)
+            self.callbacks("on_update_end", self, metrics)
+            record.keep(record.checkpoint(state, s, self.checkpoint_due()))
+        progress.update(batch.numel() // state.seeds, {g: state.returns[0].get(g) for g in parts.groups})
 
     def stop(self) -> None:
         """Ends the run after the current iteration, as when ``train.total_frames`` is reached
@@ -251,30 +267,45 @@ class Trainer:
         :meth:`fit`, on a resumed run without a summary: :meth:`fit` completes its record, untrained."""
         self._stop_requested = True
 
-    def finish(self) -> dict[str, Any]:
-        """The final checkpoint, evaluation, plots and summary."""
-        if self._saved_iteration != self.iteration:
-            self.save()
-        # the last iteration's evaluation unless it has just been done, and a pool's payoff matrix and ratings
-        fresh = {} if self._last_eval_iteration == self.iteration else dict(self._evaluate())
-        fresh.update(self.matches.ladder(self.run_dir))
-        self.logger.log(fresh, self.frames)
-        final = {**self._last_eval, **fresh}
-        if self.cfg.log.plot:
-            from marl_ppo.run.plots import plot_runs
+    def finish(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """Each seed's final checkpoint, evaluation, plots and summary."""
+        return self._result([self._finish_seed(s) for s in self._live()])
 
-            for path in plot_runs([self.run_dir], self.run_dir / "plots"):
-                self.logger.log_file(f"plots/{path.stem}", path, self.frames)
-        summary = write_summary(self.run_dir, self.iteration, self.frames, final, self.collector_used)
-        self.logger.log_summary(summary)
-        self.close()
+    def _finish_seed(self, s: int) -> dict[str, Any]:
+        record, state = self.records[s], self.state
+        if record.saved_iteration != state.iteration:
+            self._save(s)
+        fresh = {}  # the last iteration's evaluation unless it has just been done
+        if record.last_eval_iteration != state.iteration:
+            with state.stack.seed(s):
+                fresh = dict(record.evaluate(state.iteration, state.frames))
+            self.callbacks("on_evaluation_end", self, record.eval_returns)
+        summary = record.finish(state.iteration, state.frames, fresh, self.collector_used)
         self.callbacks("on_run_end", self, summary)
         return summary
 
+    def _completed(self, s: int) -> dict[str, Any]:
+        """A seed that has nothing left to train: its record completed, or kept as it is when it has a summary."""
+        record = self.records[s]
+        if not (record.run_dir / "summary.json").exists():
+            return self._finish_seed(s)  # ended (or stopped) after its last checkpoint, before its summary
+        record.close()
+        return finished_summary(record.run_dir, self.frames, self.cfg.train.total_frames)
+
+    def _result(self, summaries: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+        return summaries if self.grouped else summaries[0]
+
     def close(self) -> None:
-        """Closes the loggers and the evaluation env (the collector closes the training env)."""
-        self.logger.close()
-        self.evaluator.close()
+        """Closes every seed's loggers and evaluation env (the collector closes the training env)."""
+        for record in self.records:
+            record.close()
+
+    def _live(self) -> list[int]:
+        return [s for s, record in enumerate(self.records) if not record.failed]
+
+    def _fail_all(self, err: BaseException, reason: str | None = None) -> None:
+        for s in self._live():
+            self.records[s].fail(err, reason)
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -282,26 +313,11 @@ class Trainer:
         every = self.cfg.log.checkpoint_every
         return bool(every) and self.iteration % every == 0
 
-    def _checkpoint(self) -> dict[str, Any]:
-        """The training state and the run's records, as tensors and plain containers (``weights_only`` loads it)."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            **self.state.state_dict(),
-            # whether the uninterrupted run restarts its episodes right after this checkpoint
-            "episode_boundary": self.checkpoint_due(),
-            "rng": rng_state(),
-            "config": self._config_yaml,
-        }
+    def _save(self, s: int) -> None:
+        """Writes seed ``s``'s last completed iteration (``iter_XXXXX.pt`` and ``last.pt``)."""
+        self.callbacks("on_checkpoint", self, self.records[s].save())
 
-    def save(self, checkpoint: dict[str, Any] | None = None) -> None:
-        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically (default: the last completed iteration's)."""
-        checkpoint = self._snapshot if checkpoint is None else checkpoint
-        path = self.ckpt_dir / f"iter_{checkpoint['iteration']:05d}.pt"
-        write_checkpoint(checkpoint, [path, self.ckpt_dir / "last.pt"])
-        self._saved_iteration = checkpoint["iteration"]
-        self.callbacks("on_checkpoint", self, path)
-
-    def _restart_episodes(self, collector: BatchCollector, rng: dict[str, Any]) -> None:
+    def _restart_episodes(self, collector, rng: dict[str, Any]) -> None:
         """The envs' episode boundary of a periodic checkpoint (:func:`~marl_ppo.run.resume.restart_episodes`)."""
         if not restart_episodes(collector, rng, self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
             self._warned_unseeded = True
@@ -312,23 +328,21 @@ class Trainer:
             )
 
     def _interrupted(self, signal_name: str) -> RunInterrupted:
-        """Checkpoints the last completed iteration (rolling back a half-done update) after a signal."""
-        if self._snapshot is not None:
-            if self._saved_iteration != self._snapshot["iteration"]:
-                self.save()
-            self.state.load_state_dict(self._snapshot)  # the trainer in memory matches its checkpoint
-            where = f"at iteration {self.iteration}: checkpoint {self.ckpt_dir / 'last.pt'}"
-        elif self.iteration:
-            where = f"at iteration {self.iteration}, the checkpoint it had resumed from"
-        else:
-            where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
-        return RunInterrupted(
-            signal_name, f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {self.run_dir}"
-        )
-
-
-def schedule_entropy(cfg: Config, router, iteration: int) -> None:
-    """``loss.entropy_schedule=linear``: every head's entropy coefficient at ``iteration``."""
-    if cfg.loss.entropy_schedule == "linear":
-        progress = min(iteration / cfg.train.iterations, 1.0)
-        router.set_entropy_scale(1.0 - (1.0 - cfg.loss.entropy_final_scale) * progress)
+        """Checkpoints every seed's last completed iteration (rolling back a half-done update) after a signal,
+        closes the seeds' records with ``error.txt`` and returns the error to raise."""
+        errors = []
+        for s in self._live():
+            record = self.records[s]
+            if record.snapshot is not None:
+                if record.saved_iteration != record.snapshot["iteration"]:
+                    self._save(s)
+                self.state.load_state_dict(record.snapshot, seed=s)  # the state in memory matches its checkpoint
+                where = f"at iteration {self.iteration}: checkpoint {record.ckpt_dir / 'last.pt'}"
+            elif self.iteration:
+                where = f"at iteration {self.iteration}, the checkpoint it had resumed from"
+            else:
+                where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
+            message = f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {record.run_dir}"
+            errors.append(RunInterrupted(signal_name, message))
+            record.fail(errors[-1], reason=message)
+        return errors[0]

@@ -20,7 +20,7 @@ from typing import Optional
 from marl_ppo.suite._files import ABSOLUTE_FILE, JOB_FILE, RESULT_FILE, write_json
 from marl_ppo.suite.spec import Job
 
-__all__ = ["RunResult", "prepare", "execute", "execute_seeds", "record_failure", "final_evaluation", "worker_entry"]
+__all__ = ["RunResult", "prepare", "execute", "execute_group", "record_failure", "final_evaluation", "worker_entry"]
 
 
 @dataclass
@@ -49,8 +49,9 @@ def _set_threads(threads: Optional[int]) -> None:
         pass
 
 
-def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
-    """Deterministic evaluation of ``trainer``'s current policy over exactly ``episodes`` episodes.
+def final_evaluation(trainer, episodes: int, seed: int = 0) -> dict[str, list[float]]:
+    """Deterministic evaluation of ``trainer``'s current policy (of its seed index ``seed``) over exactly
+    ``episodes`` episodes.
 
     The run's own evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`: the same envs, seed rule
     and episode count as ``marl-ppo eval RUN --episodes N``). Returns marl-eval metrics, one value per
@@ -59,10 +60,11 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
     """
     from marl_ppo.run.evaluation import Evaluator
 
-    groups = list(trainer.parts.groups)
-    evaluator = Evaluator(trainer.cfg, trainer.parts.policy, groups, episodes=episodes, env_fn=trainer.env_fn)
+    groups, cfg = list(trainer.parts.groups), trainer.records[seed].cfg
+    evaluator = Evaluator(cfg, trainer.parts.policy, groups, episodes=episodes, env_fn=trainer.env_fn)
     try:
-        result = evaluator()
+        with trainer.state.stack.seed(seed):
+            result = evaluator()
     finally:
         evaluator.close()
     per_group = result.per_episode or {g: [r] for g, r in result.partial_returns.items()}
@@ -73,69 +75,51 @@ def final_evaluation(trainer, episodes: int) -> dict[str, list[float]]:
 
 def execute(job: Job) -> RunResult:
     """Runs one job in this process; never raises for a failing run (records it instead)."""
-    run_dir = Path(job.run_dir)
-    t0 = time.perf_counter()
-    status, error = "ok", None
-    try:
-        _set_threads(job.threads)
-        from marl_ppo.config import from_yaml
-        from marl_ppo.run.trainer import Trainer
-
-        cfg = from_yaml(job.config_yaml)
-        trainer = Trainer(cfg, run_dir=run_dir)
-        trainer.fit()
-        if job.absolute_episodes > 0:
-            metrics = final_evaluation(trainer, job.absolute_episodes)
-            write_json(
-                run_dir / ABSOLUTE_FILE,
-                {"frames": trainer.frames, "episodes": len(metrics["return"]), "metrics": metrics},
-            )
-    except Exception as err:  # a failing run is a result, not the end of the suite
-        import traceback
-
-        status, error = "failed", f"{type(err).__name__}: {err}"
-        if not (run_dir / "error.txt").exists():
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "error.txt").write_text(error + "\n\n" + traceback.format_exc())
-    result = RunResult(job, status, error, time.perf_counter() - t0)
-    write_json(run_dir / RESULT_FILE, {"status": status, "error": error, "seconds": result.seconds})
-    return result
+    return execute_group([job])[0]
 
 
-def execute_seeds(jobs: list[Job]) -> list[RunResult]:
-    """Runs the jobs of one (task, variant), its seeds, in this process as one group (``vectorise_seeds``:
-    :class:`~marl_ppo.run.seeds.SeedsTrainer`); each job's run directory and result as :func:`execute` writes
-    them. Never raises for a failing group (each of its jobs records the failure)."""
+def execute_group(jobs: list[Job]) -> list[RunResult]:
+    """Runs ``jobs``, the seeds of one (task, variant) (one job, or ``vectorise_seeds``' group), in this
+    process through one :class:`~marl_ppo.run.trainer.Trainer`; each job's run directory, final evaluation
+    and result. Never raises for a failing run (each of its jobs records the failure, with ``error.txt``)."""
     t0 = time.perf_counter()
     try:
         _set_threads(jobs[0].threads)
         from marl_ppo.config import from_yaml
-        from marl_ppo.run.seeds import SeedsTrainer
+        from marl_ppo.run.trainer import Trainer
 
         configs = [from_yaml(job.config_yaml) for job in jobs]
-        group = SeedsTrainer(configs[0], configs=configs, run_dirs=[job.run_dir for job in jobs])
-        group.fit()
-        for job, trainer in zip(jobs, group.trainers):
-            if job.absolute_episodes > 0:
-                metrics = final_evaluation(trainer, job.absolute_episodes)
+        trainer = Trainer(configs[0], configs=configs, run_dirs=[Path(job.run_dir) for job in jobs])
+        trainer.fit()
+        for s, job in enumerate(jobs):
+            if job.absolute_episodes > 0 and not trainer.records[s].failed:
+                metrics = final_evaluation(trainer, job.absolute_episodes, seed=s)
                 write_json(
                     Path(job.run_dir) / ABSOLUTE_FILE,
                     {"frames": trainer.frames, "episodes": len(metrics["return"]), "metrics": metrics},
                 )
-    except Exception as err:  # a failing group is a result for each of its runs
-        seconds = time.perf_counter() - t0
-        return [record_failure(job, f"{type(err).__name__}: {err}", seconds) for job in jobs]
+    except Exception as err:  # a failing run is a result, not the end of the suite
+        import traceback
+
+        error, seconds = f"{type(err).__name__}: {err}", time.perf_counter() - t0
+        for job in jobs:
+            run_dir = Path(job.run_dir)
+            if not (run_dir / "error.txt").exists():
+                run_dir.mkdir(parents=True, exist_ok=True)
+                (run_dir / "error.txt").write_text(error + "\n\n" + traceback.format_exc())
+        return [_result(job, "failed", error, seconds) for job in jobs]
     seconds = time.perf_counter() - t0
     results = []
     for job in jobs:
-        failed = (Path(job.run_dir) / "error.txt").exists()  # a seed whose loss went non-finite
-        error = (Path(job.run_dir) / "error.txt").read_text().splitlines()[0] if failed else None
-        write_json(
-            Path(job.run_dir) / RESULT_FILE,
-            {"status": "failed" if failed else "ok", "error": error, "seconds": seconds},
-        )
-        results.append(RunResult(job, "failed" if failed else "ok", error, seconds))
+        failed = Path(job.run_dir, "error.txt").exists()  # a seed whose loss went non-finite
+        error = Path(job.run_dir, "error.txt").read_text().splitlines()[0] if failed else None
+        results.append(_result(job, "failed" if failed else "ok", error, seconds))
     return results
+
+
+def _result(job: Job, status: str, error: str | None, seconds: float) -> RunResult:
+    write_json(Path(job.run_dir) / RESULT_FILE, {"status": status, "error": error, "seconds": seconds})
+    return RunResult(job, status, error, seconds)
 
 
 def record_failure(job: Job, error: str, seconds: float) -> RunResult:
@@ -144,8 +128,7 @@ def record_failure(job: Job, error: str, seconds: float) -> RunResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     if not (run_dir / "error.txt").exists():
         (run_dir / "error.txt").write_text(error + "\n")
-    write_json(run_dir / RESULT_FILE, {"status": "failed", "error": error, "seconds": seconds})
-    return RunResult(job, "failed", error, seconds)
+    return _result(job, "failed", error, seconds)
 
 
 def worker_entry(job_file: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 import yaml
 
 from marl_ppo.suite._files import JOB_FILE, RESULT_FILE, write_json
-from marl_ppo.suite.jobs import RunResult, execute, execute_seeds, prepare
+from marl_ppo.suite.jobs import RunResult, execute, execute_group, prepare
 from marl_ppo.suite.local_launcher import run_in_processes
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
@@ -120,7 +120,7 @@ def _run_seed_groups(jobs: list[Job], echo: Callable[[str], None]) -> list[RunRe
         for job in group:
             prepare(job)
         echo(f"start  {group[0].label.rpartition('/')[0]}  seeds {[j.seed for j in group]} in one process")
-        for res in execute_seeds(group):
+        for res in execute_group(group):
             results[res.job.run_dir] = res
             echo(f"{res.status:<6} {res.job.label}  ({res.seconds:.1f}s){'  ' + res.error if res.error else ''}")
     return [results[job.run_dir] for job in jobs]

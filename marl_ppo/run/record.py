@@ -1,0 +1,150 @@
+"""One seed's run record: its directory, ``config.yaml``, logger, evaluation and checkpoints.
+
+A :class:`~marl_ppo.run.trainer.Trainer` of S seeds keeps one :class:`SeedRecord` per seed, each
+writing a single run's directory (``eval``, ``plot``, ``--resume`` and ``suite merge`` read it as
+one), while the seeds share one loop, one env and one training state. The record holds what is
+the seed's own: where it writes, what it last logged and evaluated, the snapshot of its last
+completed iteration (what a signal checkpoints), and whether it failed.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+from marl_ppo.config import Config, to_container, to_yaml
+from marl_ppo.core.state import TrainState
+from marl_ppo.envs import EnvFactory
+from marl_ppo.run.build import Parts
+from marl_ppo.run.checkpoints import rng_state, write_checkpoint
+from marl_ppo.run.directory import note, write_summary
+from marl_ppo.run.evaluation import Evaluator
+from marl_ppo.run.logger import RunLogger
+from marl_ppo.run.matches import Matches
+from marl_ppo.run.resume import resume_point, write_resume_log
+from marl_ppo.run.video import FrameRecorder
+
+__all__ = ["SeedRecord", "schedule_entropy", "CHECKPOINT_FORMAT"]
+
+CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
+
+
+class SeedRecord:
+    """Seed ``cfg.train.seed``'s run directory ``run_dir``, opened for writing.
+
+    ``parts`` give the policy the evaluation plays (with S seeds: the template's, run with this
+    seed's tensors by the trainer); ``state`` is the seed's own single-run state, which ``resume``
+    loads from the directory's newest usable checkpoint (:func:`~marl_ppo.run.resume.resume_point`)
+    before the seeds' states are stacked.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        parts: Parts,
+        state: TrainState,
+        *,
+        resume: bool = False,
+        env_fn: EnvFactory | None = None,
+    ) -> None:
+        self.cfg, self.run_dir, self.ckpt_dir = cfg, run_dir, run_dir / "checkpoints"
+        self.evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn)
+        self.matches = Matches(cfg, parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
+        self.last_eval_iteration: int | None = None
+        self.last_eval: dict[str, float] = {}
+        self.eval_returns: dict[str, float] = {}  # the last evaluation's returns per group
+        self.snapshot: dict[str, Any] | None = None  # the last completed iteration, for a signal
+        self.saved_iteration: int | None = None
+        self.failed = self._warned_no_episode = False
+        self.config_yaml = to_yaml(cfg)
+        self.resume = resume_point(run_dir, cfg, state) if resume else None
+        if self.resume is not None and self.resume.rng is not None:
+            self.saved_iteration = state.iteration
+            schedule_entropy(cfg, state.router, state.iteration)  # this iteration's, from the config in force
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if self.resume is None or not self.resume.finished:  # a finished run resumed keeps its record
+            (run_dir / "config.yaml").write_text(self.config_yaml)
+        (run_dir / "reward_table.txt").write_text(str(parts.reward_table) + "\n")
+        self.resume_notes = [] if not resume else write_resume_log(run_dir, self.resume.notes, state.iteration)
+        for line in (n for n in self.resume_notes if n.startswith("changed ")):
+            note(run_dir, line)
+        self.logger = RunLogger(
+            run_dir, cfg.log, cfg.run_name(), resume_step=state.frames if resume else None, config=to_container(cfg)
+        )
+
+    def evaluate(self, iteration: int, frames: int) -> dict[str, float]:
+        """The seed's evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`; the caller puts the seed's
+        tensors in force), as the ``eval/...`` metrics it logs."""
+        recorder = FrameRecorder() if self.cfg.log.video else None
+        result = self.evaluator(callback=recorder)
+        if recorder is not None:
+            video = recorder.save(self.run_dir / "videos" / f"eval_iter{iteration:05d}.gif")
+            self.logger.log_file("eval/video", video, frames)
+        if result.episodes == 0 and not self._warned_no_episode:  # nothing to log as a return
+            self._warned_no_episode = True
+            print(f"marl-ppo: evaluation at iteration {iteration}: {result.no_episode_message()}", file=sys.stderr)
+        self.last_eval_iteration = iteration
+        self.last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
+        self.last_eval["eval/episodes"] = result.episodes
+        self.last_eval.update(self.matches.metrics())
+        self.eval_returns = dict(result.returns)
+        return self.last_eval
+
+    def checkpoint(self, state: TrainState, seed: int, episode_boundary: bool) -> dict[str, Any]:
+        """Seed ``seed``'s training state and the run's records, as tensors and plain containers (``weights_only``
+        loads it); ``episode_boundary``: whether the envs restart their episodes right after it."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            **state.state_dict(seed),
+            "episode_boundary": episode_boundary,
+            "rng": rng_state(),
+            "config": self.config_yaml,
+        }
+
+    def keep(self, checkpoint: dict[str, Any]) -> None:
+        """Keeps ``checkpoint`` in memory: a signal during the next iteration writes it (a few MB, ~ms)."""
+        self.snapshot = copy.deepcopy(checkpoint)
+
+    def save(self, checkpoint: dict[str, Any] | None = None) -> Path:
+        """Writes ``iter_XXXXX.pt`` and ``last.pt`` atomically (default: the kept snapshot); returns the first."""
+        checkpoint = self.snapshot if checkpoint is None else checkpoint
+        path = self.ckpt_dir / f"iter_{checkpoint['iteration']:05d}.pt"
+        write_checkpoint(checkpoint, [path, self.ckpt_dir / "last.pt"])
+        self.saved_iteration = checkpoint["iteration"]
+        return path
+
+    def finish(self, iteration: int, frames: int, fresh: dict[str, float], collector: str | None) -> dict[str, Any]:
+        """Logs the final evaluation ``fresh`` and a pool's ladder, draws the plots, writes ``summary.json``."""
+        fresh = {**fresh, **self.matches.ladder(self.run_dir)}
+        self.logger.log(fresh, frames)
+        final = {**self.last_eval, **fresh}
+        if self.cfg.log.plot:
+            from marl_ppo.run.plots import plot_runs
+
+            for path in plot_runs([self.run_dir], self.run_dir / "plots"):
+                self.logger.log_file(f"plots/{path.stem}", path, frames)
+        summary = write_summary(self.run_dir, iteration, frames, final, collector)
+        self.logger.log_summary(summary)
+        self.close()
+        return summary
+
+    def fail(self, err: BaseException, reason: str | None = None) -> None:
+        """The seed's run ends with ``err`` (``error.txt``), its checkpoints kept; the other seeds go on."""
+        self.failed = True
+        self.logger.error(err, reason=reason)
+        self.close()
+
+    def close(self) -> None:
+        """Closes the loggers and the evaluation env (the collector closes the training env)."""
+        self.logger.close()
+        self.evaluator.close()
+
+
+def schedule_entropy(cfg: Config, router, iteration: int) -> None:
+    """``loss.entropy_schedule=linear``: every head's entropy coefficient at ``iteration``."""
+    if cfg.loss.entropy_schedule == "linear":
+        progress = min(iteration / cfg.train.iterations, 1.0)
+        router.set_entropy_scale(1.0 - (1.0 - cfg.loss.entropy_final_scale) * progress)
