@@ -140,7 +140,9 @@ class TrainState:
             own = self.step.optimizer.state.get(self.stack.stacked(name))
             if own:
                 state[i] = {k: (v if k == "step" else v[seed]).clone() for k, v in own.items()}
-        groups = [{**g, "params": list(range(len(self.names)))} for g in self.step.optimizer.state_dict()["param_groups"]]
+        groups = [
+            {**g, "params": list(range(len(self.names)))} for g in self.step.optimizer.state_dict()["param_groups"]
+        ]
         return {"state": state, "param_groups": groups}
 
     def load_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
@@ -154,7 +156,9 @@ class TrainState:
                 if not own:
                     continue
                 if not optimizer.state.get(p):  # a fresh optimizer: moments of zeros, every seed's
-                    optimizer.state[p] = {k: (v.clone() if k == "step" else torch.zeros_like(p)) for k, v in own.items()}
+                    optimizer.state[p] = {
+                        k: (v.clone() if k == "step" else torch.zeros_like(p)) for k, v in own.items()
+                    }
                 mine = optimizer.state[p]
                 with torch.no_grad():
                     for k, v in own.items():

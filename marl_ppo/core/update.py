@@ -8,13 +8,12 @@ benchmarks and notebooks call it directly.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Callable
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torchrl.modules import set_recurrent_mode
-
-from collections.abc import Sequence
 
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter

@@ -32,6 +32,7 @@ __all__ = [
     "write_resume_log",
     "restart_episodes",
     "CHANGEABLE",
+    "CANNOT_RESTART",
     "changeable",
     "config_changes",
 ]
@@ -211,6 +212,12 @@ def write_resume_log(run_dir: Path, notes: list[str], iteration: int) -> list[st
     for note in notes:
         print(f"marl-ppo resume: {note}", file=sys.stderr)
     return notes
+
+
+CANNOT_RESTART = (
+    "this collector cannot restart its envs at checkpoints (torchrl's RayCollector): "
+    "a resumed run will not repeat this one exactly"
+)
 
 
 def restart_episodes(collector, rng: dict[str, Any], seed: int) -> bool:

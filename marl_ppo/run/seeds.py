@@ -65,7 +65,9 @@ def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module |
     name) and the first seed's built ``router``."""
     differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
     if differ:
-        raise ConfigError(f"the configs of seeds {differ} differ from seed {configs[0].train.seed}'s in more than the seed")
+        raise ConfigError(
+            f"the configs of seeds {differ} differ from seed {configs[0].train.seed}'s in more than the seed"
+        )
     seeds = cfg.train.seeds or [c.train.seed for c in configs]
     why = seed_refusal(router) if router is not None else None
     if why is not None:
@@ -169,7 +171,9 @@ def stacked_state(cfg: Config, singles: Sequence[TrainState]) -> TrainState:
     if len(singles) == 1:
         return singles[0]
     first = singles[0]
-    behind = [s for s, single in enumerate(singles) if (single.iteration, single.frames) != (first.iteration, first.frames)]
+    behind = [
+        s for s, single in enumerate(singles) if (single.iteration, single.frames) != (first.iteration, first.frames)
+    ]
     if behind:
         raise ConfigError(
             f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from the first's "

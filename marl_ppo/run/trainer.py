@@ -39,7 +39,7 @@ from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.directory import collector_text, finished_summary, note, run_directory
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord, schedule_entropy
-from marl_ppo.run.resume import restart_episodes
+from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
 from marl_ppo.run.seeds import check_seeds, seed_configs, seed_policy, stacked_state, write_group_file
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 
@@ -60,11 +60,7 @@ class Trainer:
 
     Everything is built and validated (config, devices, env, reward table) before a run directory
     is created. ``resume=True`` continues the run in ``run_dir`` (each seed's, for a group) from its
-    newest usable checkpoint (see ``docs/runs.md``): counters, parameters, optimizer, schedules and
-    RNG states carry on, the logs drop what was written after the checkpoint, and the envs restart
-    their episodes from a seed of the iteration, as the uninterrupted run does at every periodic
-    checkpoint, so that the resumed run reproduces it exactly. A run directory without a checkpoint
-    resumes as a fresh start.
+    newest usable checkpoint exactly (``docs/runs.md``); a directory without one starts afresh.
 
     ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
     ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
@@ -141,18 +137,6 @@ class Trainer:
         return self.records[0].run_dir
 
     @property
-    def ckpt_dir(self) -> Path:
-        return self.records[0].ckpt_dir
-
-    @property
-    def logger(self):
-        return self.records[0].logger
-
-    @property
-    def evaluator(self):
-        return self.records[0].evaluator
-
-    @property
     def resume_notes(self) -> list[str]:
         return self.records[0].resume_notes
 
@@ -177,7 +161,7 @@ class Trainer:
         resumed = self.records[0].resume
         if resumed is not None and resumed.rng is not None:
             self._restart_episodes(collector, resumed.rng)  # as the uninterrupted run did after this checkpoint
-        progress = self.logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
+        progress = self.records[0].logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
         try:
             with StopSignals() as stop:
                 t0 = time.perf_counter()
@@ -321,11 +305,7 @@ class Trainer:
         """The envs' episode boundary of a periodic checkpoint (:func:`~marl_ppo.run.resume.restart_episodes`)."""
         if not restart_episodes(collector, rng, self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
             self._warned_unseeded = True
-            print(
-                "marl-ppo: this collector cannot restart its envs at checkpoints (torchrl's RayCollector): "
-                "a resumed run will not repeat this one exactly",
-                file=sys.stderr,
-            )
+            print(f"marl-ppo: {CANNOT_RESTART}", file=sys.stderr)
 
     def _interrupted(self, signal_name: str) -> RunInterrupted:
         """Checkpoints every seed's last completed iteration (rolling back a half-done update) after a signal,

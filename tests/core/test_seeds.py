@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from marl_ppo.config import load_config
-from marl_ppo.core.aggregate import AggregatedStep
-from marl_ppo.core.seeds import SeedStack, SeedStep, clip_per_seed, seeds_update
+from marl_ppo.core.aggregate import AggregatedStep, clip_per_seed
+from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.update import ppo_update
 from marl_ppo.run.build import build
 
@@ -79,21 +79,24 @@ def _single(parts, batch, s: int):
 def _stacked(runs):
     routers = [copy.deepcopy(parts.router) for parts, _ in runs]
     stack = SeedStack(routers)
-    step = SeedStep(
-        stack, lr=runs[0][0].step.optimizer.param_groups[0]["lr"], max_grad_norm=runs[0][0].step.max_grad_norm
+    step = AggregatedStep(
+        stack.trainable,
+        lr=runs[0][0].step.optimizer.param_groups[0]["lr"],
+        max_grad_norm=runs[0][0].step.max_grad_norm,
+        seeds=stack.seeds,
     )
-    batch = stack.compute_advantages(torch.stack([b for _, b in runs]))
+    batch = stack.compute_advantages(stack.split(torch.cat([b for _, b in runs])))  # [S * E, T] as collected
     generators = [torch.Generator().manual_seed(1000 + s) for s in range(len(runs))]
     seq_len = 4 if stack.template.recurrent_keys else None
-    stats = seeds_update(
-        stack, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generators=generators, seq_len=seq_len
+    stats = ppo_update(
+        stack, step, batch, num_epochs=EPOCHS, minibatch_size=MINIBATCH, generator=generators, seq_len=seq_len
     )
     return stack, step, stats
 
 
 @pytest.mark.parametrize("case, seeds", [(c, SEEDS) for c in sorted(CASES)] + [("mappo", 1)])
 def test_each_seed_updates_as_its_single_run(case, seeds):
-    """(One seed takes the path without vmap.)"""
+    """(One seed is the single run's own router and step: no stack, no vmap.)"""
     runs = _seeds(case, seeds)
     stack, step, stats = _stacked(runs)
     for s, (parts, batch) in enumerate(runs):
@@ -108,9 +111,15 @@ def test_each_seed_updates_as_its_single_run(case, seeds):
         for p_single, p_stacked in zip(single_step.params, step.params, strict=True):
             m_single, m_stacked = single_step.optimizer.state[p_single], step.optimizer.state[p_stacked]
             for moment in ("exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(m_stacked[moment][s], m_single[moment], rtol=0, atol=1e-5)
+                torch.testing.assert_close(_of(m_stacked[moment], s, seeds), m_single[moment], rtol=0, atol=1e-5)
         for key in single_stats.keys(include_nested=True, leaves_only=True):
-            torch.testing.assert_close(stats.get(key)[s], single_stats.get(key), rtol=1e-4, atol=1e-5, msg=str(key))
+            got = _of(stats.get(key), s, seeds)
+            torch.testing.assert_close(got, single_stats.get(key), rtol=1e-4, atol=1e-5, msg=str(key))
+
+
+def _of(value: torch.Tensor, s: int, seeds: int) -> torch.Tensor:
+    """Seed s's slice of a stacked value (one seed: the value itself, the router's own)."""
+    return value if seeds == 1 else value[s]
 
 
 @pytest.mark.parametrize("change", ["nan", "scaled"])
@@ -157,7 +166,8 @@ def test_one_seeds_clip_does_not_scale_anothers_gradient():
     y = torch.nn.Parameter(torch.zeros(4))
     x.grad, y.grad = torch.full((3,), 1000.0), torch.full((4,), 1000.0)
     torch.nn.utils.clip_grad_norm_([x, y], 1.0)
-    assert torch.equal(a.grad[0], x.grad) and torch.equal(b.grad[0], y.grad)
+    torch.testing.assert_close(a.grad[0], x.grad, rtol=1e-6, atol=1e-9)  # two code paths: to rounding
+    torch.testing.assert_close(b.grad[0], y.grad, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize(

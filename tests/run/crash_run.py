@@ -21,6 +21,7 @@ import sys
 
 import marl_ppo.run.checkpoints as checkpoints
 import marl_ppo.run.logger as run_logging
+import marl_ppo.run.record as record
 import marl_ppo.run.trainer as trainer
 from marl_ppo.cli import main
 from marl_ppo.core.aggregate import AggregatedStep
@@ -80,7 +81,7 @@ def arm(point: str, iteration: int) -> None:
                 die()
             return real_write(state, paths)
 
-        trainer.write_checkpoint = write
+        record.write_checkpoint = write  # where each seed's record writes its checkpoints
     else:
         raise SystemExit(f"unknown point {point!r}: update, logged or checkpoint")
 

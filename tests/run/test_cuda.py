@@ -99,3 +99,27 @@ def test_trainer_fit_cpu_env_cuda_networks(tmp_path):
     assert summary["frames"] == 320
     assert "eval/agents/episode_reward" in summary
     assert all(_cuda(p) for p in trainer.parts.router.parameters())
+
+
+def test_four_seeds_in_one_process_on_cuda(tmp_path):
+    """``train.seeds=[0,1,2,3]`` with the env and the networks on the GPU: every seed's generator, stacked
+    parameters and Adam moments on CUDA, each seed's directory loads back as a single run's."""
+    cfg = load_config(
+        overrides=[
+            *TINY,
+            "env.device=cuda",
+            "train.device=cuda",
+            "train.seeds=[0,1,2,3]",
+            f"log.root={tmp_path}",
+            "log.name=g",
+        ]
+    )
+    group = Trainer(cfg)
+    summaries = group.fit()
+    assert [s["frames"] for s in summaries] == [320] * 4
+    assert all(g.device.type == "cuda" for g in group.state.generators)
+    assert all(_cuda(p) for p in group.state.stack.trainable)
+    for state in group.state.step.optimizer.state.values():
+        assert all(_cuda(v) for v in state.values() if torch.is_tensor(v) and v.ndim)
+    routers = [load_policy(tmp_path / f"g-seed{s}", device="cpu")[1].router.state_dict() for s in range(4)]
+    assert any(not torch.equal(routers[0][k], routers[1][k]) for k in routers[0])

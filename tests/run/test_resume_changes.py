@@ -207,8 +207,8 @@ def test_every_changeable_key_is_in_force_from_the_resumed_iteration(run, monkey
 
     real_update, seen = trainer_mod.ppo_update, []
 
-    def update(router, step, batch, **kwargs):  # what each resumed iteration's update was given
-        loss = router.losses["agents"]
+    def update(model, step, batch, **kwargs):  # what each resumed iteration's update was given
+        loss = model.template.losses["agents"]  # the run's SeedStack (one seed: the router itself)
         seen.append(
             {
                 "num_epochs": kwargs["num_epochs"],
@@ -224,7 +224,7 @@ def test_every_changeable_key_is_in_force_from_the_resumed_iteration(run, monkey
                 "lmbda": loss.value_estimator.lmbda.item(),
             }
         )
-        return real_update(router, step, batch, **kwargs)
+        return real_update(model, step, batch, **kwargs)
 
     monkeypatch.setattr(trainer_mod, "ppo_update", update)
     assert main(["train", "--resume", str(run), *CHANGES.values()]) == 0
