@@ -170,8 +170,10 @@ def _eval(args: argparse.Namespace) -> int:
         return _matches(args, cfg, parts)
     recorder = None
     if args.video:
-        if cfg.env.kind != "vmas":
-            raise ValueError(f"--video renders VMAS envs only; this run's env.kind is {cfg.env.kind!r}")
+        from marl_ppo.envs.kinds import env_kind
+
+        if not env_kind(cfg.env.kind).renders:
+            raise ValueError(f"--video: this run's env.kind={cfg.env.kind!r} does not render")
         from marl_ppo.run.video import FrameRecorder
 
         recorder = FrameRecorder()

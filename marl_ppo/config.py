@@ -22,8 +22,10 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from marl_ppo.algorithms import ALGORITHMS, algorithm
 from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.config_files import config_path, read_config_file
+from marl_ppo.envs.kinds import ENV_KINDS, env_kind
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.log_options import LogConfig, MlflowConfig, WandbConfig
 from marl_ppo.models.options import ModelConfig
@@ -51,7 +53,8 @@ class LossConfig:
     """PPO loss, one per group.
 
     Attributes:
-        algorithm: ``mappo`` (centralised critic), ``ippo`` (decentralised) or ``clip_ppo``.
+        algorithm: a name of :data:`~marl_ppo.algorithms.ALGORITHMS`: ``mappo`` (centralised critic), ``ippo``
+            (decentralised) or ``clip_ppo``.
         clip_epsilon: PPO ratio clip, in (0, 1): the ratio is clipped to [1 - eps, 1 + eps].
         entropy_coeff: entropy bonus weight for every head of every group.
         head_entropy_coeff: per-head weights by short head name (``{move: 0.0, comm: 0.01}``)
@@ -92,7 +95,7 @@ class LossConfig:
     popart_beta: float = 0.95
 
     def __post_init__(self) -> None:
-        choice("loss.algorithm", self.algorithm, ("mappo", "ippo", "clip_ppo"))
+        choice("loss.algorithm", self.algorithm, tuple(ALGORITHMS))
         choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
         if not 0.0 < self.popart_beta < 1.0:
             raise ConfigError(f"loss.popart_beta must be in (0, 1), got {self.popart_beta!r}")
@@ -215,8 +218,11 @@ class Config:
                     f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play"
                     + ("" if kind == "self" else " (pool plays a run's snapshots; this config has no pool seat)")
                 )
-        if self.log.video and self.env.kind != "vmas":
-            raise ConfigError(f"log.video renders VMAS envs only (log.video=true); env.kind is {self.env.kind!r}")
+        if self.log.video and not env_kind(self.env.kind).renders:
+            raise ConfigError(
+                f"log.video=true: env.kind={self.env.kind!r} does not render "
+                f"(kinds that do: {[k.name for k in ENV_KINDS.values() if k.renders]})"
+            )
         if self.reward_table is not None:
             from marl_ppo.groups.reward_table import RewardTable, RewardTableError
 
@@ -252,10 +258,11 @@ class Config:
 
     def _check_model(self) -> None:
         model, train = self.model, self.train
-        if model.critic == "global" and self.loss.algorithm != "mappo":
+        if model.critic == "global" and not algorithm(self.loss.algorithm).centralised:
+            centralised = [a.name for a in ALGORITHMS.values() if a.centralised]
             raise ConfigError(
-                f"model.critic=global is MAPPO's critic; loss.algorithm is {self.loss.algorithm!r} "
-                "(use loss.algorithm=mappo or model.critic=group)"
+                f"model.critic=global is a centralised critic (MAPPO's); loss.algorithm={self.loss.algorithm!r} "
+                f"has a decentralised one (use loss.algorithm in {centralised} or model.critic=group)"
             )
         if not model.recurrent:
             return
@@ -289,10 +296,7 @@ class Config:
         check_installed([*asked, f"train.collector.backend: {self.train.collector.backend}"])
 
     def run_name(self) -> str:
-        env = self.env.scenario.rpartition(".")[2].rpartition("/")[2]  # an import path or registry id: its name
-        if self.env.kind == "custom":
-            env = (self.env.factory or "custom").rpartition(":")[2].rpartition(".")[2]
-        return self.log.name or f"{env}-{self.loss.algorithm}-seed{self.train.seed}"
+        return self.log.name or f"{self.env.task_name}-{self.loss.algorithm}-seed{self.train.seed}"
 
 
 def _known_keys(cls: type = None, prefix: str = "") -> list[str]:

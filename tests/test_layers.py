@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "marl_ppo"
 ALLOWED = {
     "upstream": set(),
     "lazy": set(),
+    "algorithms": set(),
     "options": set(),
     "config_files": {"options"},
     "log_options": {"options"},
@@ -28,9 +29,10 @@ ALLOWED = {
     "models": {"groups", "options", "upstream", "lazy"},
     "envs": {"groups", "options", "upstream", "lazy"},
     "collect": {"groups", "options", "upstream", "lazy"},
-    "core": {"models", "groups", "options", "upstream", "lazy"},
+    "core": {"algorithms", "models", "groups", "options", "upstream", "lazy"},
     "opponents": {"groups", "options", "upstream", "lazy"},
     "config": {
+        "algorithms",
         "config_files",
         "log_options",
         "envs",
@@ -43,6 +45,7 @@ ALLOWED = {
         "lazy",
     },
     "run": {
+        "algorithms",
         "config",
         "log_options",
         "config_files",
@@ -57,6 +60,7 @@ ALLOWED = {
         "lazy",
     },
     "suite": {
+        "algorithms",
         "opponents",
         "log_options",
         "run",
@@ -72,6 +76,7 @@ ALLOWED = {
         "lazy",
     },
     "cli": {
+        "algorithms",
         "opponents",
         "log_options",
         "suite",

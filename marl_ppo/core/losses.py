@@ -1,10 +1,11 @@
 """torchrl's PPO losses with the few private methods we override, all of them here.
 
-Each group's loss is torchrl's own ``MAPPOLoss``, ``IPPOLoss`` or ``ClipPPOLoss`` with
-:class:`_PerHeadLoss` mixed in. The methods it overrides are private to torchrl 0.14.1 and may
-change in any release; they are rows of the package's table of private names
-(:mod:`marl_ppo.upstream`), and ``tests/core/test_losses.py`` checks that each still exists with the
-signature we override, so that an upgrade fails loudly there instead of silently here:
+Each group's loss is its algorithm's torchrl loss (``MAPPOLoss``, ``IPPOLoss``, ``ClipPPOLoss``:
+:mod:`marl_ppo.algorithms`) with :class:`_PerHeadLoss` mixed in (:func:`per_head_loss`). The methods
+it overrides are private to torchrl 0.14.1 and may change in any release; they are rows of the
+package's table of private names (:mod:`marl_ppo.upstream`), and ``tests/core/test_losses.py``
+checks that each still exists with the signature we override, so that an upgrade fails loudly there
+instead of silently here:
 
 * ``_get_entropy(dist, adv_shape)`` -- no graph for an entropy that is only logged;
   records the per-element entropy for bundles;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,13 +42,11 @@ from torchrl.modules.distributions import (
     MaskedOneHotCategorical,
     OneHotCategorical,
 )
-from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
 from marl_ppo.upstream import PRIVATE_NAMES
 
-__all__ = ["LOSSES", "OVERRIDDEN", "LossRecord"]
+__all__ = ["per_head_loss", "OVERRIDDEN", "LossRecord"]
 
 # name -> the parameters (after self) of torchrl's method we override: the rows of marl_ppo.upstream's
 # table of private names for this file (tests/test_upstream.py checks them against torchrl)
@@ -192,7 +192,8 @@ class _PerHeadLoss:
         return total
 
 
-LOSSES = {
-    name: type(cls.__name__, (_PerHeadLoss, cls), {"__doc__": cls.__doc__})
-    for name, cls in {"mappo": MAPPOLoss, "ippo": IPPOLoss, "clip_ppo": ClipPPOLoss}.items()
-}
+@functools.cache
+def per_head_loss(cls: type) -> type:
+    """torchrl's PPO loss class ``cls`` (an algorithm's, :mod:`marl_ppo.algorithms`) with :class:`_PerHeadLoss`
+    mixed in: one class per base, named as the base."""
+    return type(cls.__name__, (_PerHeadLoss, cls), {"__doc__": cls.__doc__})

@@ -30,26 +30,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
+from marl_ppo.algorithms import algorithm as algorithm_entry
 from marl_ppo.core.advantages import check_trailing_one, compute_advantages, group_estimator
 from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
 from marl_ppo.core.diagnostics import Reducer, head_key, masked_diagnostics, per_head_diagnostics
-from marl_ppo.core.losses import LOSSES as _LOSSES
+from marl_ppo.core.losses import per_head_loss
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
 from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_norms
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
-__all__ = ["GroupRouter", "LossAlgorithm", "LEGACY_STATE_PREFIXES"]
-
-LossAlgorithm = Literal["mappo", "ippo", "clip_ppo"]
+__all__ = ["GroupRouter", "LEGACY_STATE_PREFIXES"]
 
 
 # The losses' buffers that their arguments set (not training); see GroupRouter.hyperparameters.
@@ -76,8 +74,8 @@ class GroupRouter(nn.Module):
         groups: the group specs (see :func:`~marl_ppo.groups.read_group_specs`).
         actors / critics: one policy and one value module per group. The same critic object
             may serve several groups: its parameters are then trained by all of them.
-        algorithm: ``"mappo"`` (centralised critic), ``"ippo"`` (decentralised) or ``"clip_ppo"``.
-            The loss class is the same torchrl PPO loss; the critic decides centralisation.
+        algorithm: a name of :data:`~marl_ppo.algorithms.ALGORITHMS` (``"mappo"``, ``"ippo"``,
+            ``"clip_ppo"``): its torchrl loss class, with per-head entropy, for every group.
         entropy_coeff: entropy bonus weight of every head of every group.
         head_entropy_coeff: per-head weights by short head name (``{"move": 0.0, "comm": 0.01}``,
             for every group with that head) or ``"group:head"`` for one group; unnamed heads
@@ -98,7 +96,7 @@ class GroupRouter(nn.Module):
         actors: Mapping[str, TensorDictModule],
         critics: Mapping[str, TensorDictModule],
         *,
-        algorithm: LossAlgorithm = "mappo",
+        algorithm: str = "mappo",
         clip_epsilon: float = 0.2,
         entropy_coeff: float = 0.0,
         head_entropy_coeff: Mapping[str, float] | None = None,
@@ -111,8 +109,7 @@ class GroupRouter(nn.Module):
         bundle_groups: bool = True,
     ) -> None:
         super().__init__()
-        if algorithm not in _LOSSES:
-            raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(_LOSSES)}")
+        entry = algorithm_entry(algorithm)  # a ValueError naming the registered ones
         for name, modules in (("actor", actors), ("critic", critics)):
             missing = [g for g in groups if g not in modules]
             if missing:
@@ -131,8 +128,8 @@ class GroupRouter(nn.Module):
             clip_value=clip_value,
             functional=False,
         )
-        if algorithm == "clip_ppo":
-            self._loss_kwargs["normalize_advantage_exclude_dims"] = (-2,)
+        self._loss_kwargs.update(entry.loss_kwargs)
+        self._loss_class = per_head_loss(entry.loss_class())
         # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
         self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
         self.losses = nn.ModuleDict()
@@ -183,7 +180,7 @@ class GroupRouter(nn.Module):
             if spec.is_composite_action
             else None
         )
-        loss = _LOSSES[self.algorithm](
+        loss = self._loss_class(
             actor,
             critic,
             head_coeffs=coeffs,
@@ -255,7 +252,7 @@ class GroupRouter(nn.Module):
         cls,
         groups: Mapping[str, GroupSpec],
         *,
-        algorithm: LossAlgorithm = "mappo",
+        algorithm: str = "mappo",
         share_params: bool = True,
         hidden: Sequence[int] = (256, 256),
         activation: str = "tanh",
@@ -274,7 +271,7 @@ class GroupRouter(nn.Module):
         actors, critics = build_models(
             groups,
             model,
-            algorithm=algorithm,
+            centralized=algorithm_entry(algorithm).centralised,
             value_norm=value_norm,
             popart_beta=popart_beta,
             device=device,

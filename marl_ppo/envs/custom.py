@@ -17,12 +17,14 @@ marl_ppo.options.ConfigError: env.factory 'marl_ppo.envs.toy:no_such_thing': mod
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +36,7 @@ from marl_ppo.groups.specs import GroupSpecError, read_group_specs
 from marl_ppo.options import ConfigError
 
 __all__ = [
+    "recorded_env",
     "EnvFactory",
     "load_factory",
     "factory_arguments",
@@ -215,3 +218,26 @@ def absolute_factory(spec: str) -> str:
     if sep and target.endswith(".py"):
         return f"{Path(target).expanduser().resolve()}:{name}"
     return spec
+
+
+def recorded_env(cfg: EnvConfig, env_fn: EnvFactory | None) -> EnvConfig:
+    """The env section a run records: ``env.kind=custom`` with ``env.factory`` naming ``env_fn`` (or the
+    factory the config has, its file path made absolute); ``env.kwargs`` are kept only from a config
+    that was already ``custom``. A factory that cannot be named (a lambda, a notebook's function) is
+    recorded as ``null`` with a warning: ``load_policy(run, env_fn=...)`` then needs it again. Any
+    other env section comes back as it is."""
+    if env_fn is None:
+        if cfg.kind == "custom" and cfg.factory:
+            return dataclasses.replace(cfg, factory=absolute_factory(cfg.factory))
+        return cfg
+    path = factory_path(env_fn)
+    if path is None:
+        warnings.warn(
+            f"env_fn {env_fn!r} cannot be named in the run's config.yaml (a lambda, a closure or a notebook's "
+            "function): `marl-ppo eval` and `--resume` cannot rebuild its env; pass it again with "
+            "load_policy(run_dir, env_fn=...) / Trainer(..., env_fn=..., resume=True), or define it in a module",
+            stacklevel=4,
+        )
+    # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
+    kwargs = cfg.kwargs if cfg.kind == "custom" else {}
+    return dataclasses.replace(cfg, kind="custom", factory=path, kwargs=kwargs)

@@ -6,11 +6,10 @@ import torch
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
 from marl_ppo.envs.custom import EnvFactory, make_custom
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.envs.options import EnvConfig
-from marl_ppo.envs.pettingzoo import make_pettingzoo
 from marl_ppo.envs.time_limit import fold_truncation
 from marl_ppo.envs.transforms import with_episode_returns
-from marl_ppo.envs.vmas import make_vmas
 
 __all__ = ["make_env", "eval_num_envs"]
 
@@ -27,16 +26,18 @@ def make_env(
 
     ``num_envs`` (default ``cfg.num_envs``) and ``seed`` let the evaluation env differ from the
     training one; ``env_fn`` stands in for ``cfg.factory`` (``env.kind=custom``).
+    The env comes from the kind's line of :data:`~marl_ppo.envs.kinds.ENV_KINDS`.
     ``cfg.time_limit=terminate`` on an env that reports its own truncations (PettingZoo, custom)
-    adds :class:`TruncationAsTermination`; VMAS applies ``cfg.time_limit`` itself.
+    adds :class:`TruncationAsTermination`; a kind with its own time limit (VMAS) applies it itself.
     """
     num_envs = cfg.num_envs if num_envs is None else num_envs
-    if env_fn is not None or cfg.kind == "custom":
+    kind = env_kind(cfg.kind)
+    if env_fn is not None:
         env = make_custom(cfg, seed=seed, num_envs=num_envs, device=device, env_fn=env_fn)
-    elif cfg.kind == "vmas":
-        return with_episode_returns(make_vmas(cfg, seed=seed, device=device, num_envs=num_envs))
     else:
-        env = make_pettingzoo(cfg, seed=seed, num_envs=num_envs)
+        env = kind.build(cfg, seed=seed, num_envs=num_envs, device=device)
+        if kind.own_time_limit:
+            return with_episode_returns(env)
     if cfg.time_limit == "terminate":
         fold = fold_truncation(list(env.done_keys))
         if fold is not None:
@@ -54,7 +55,7 @@ def _append(env: EnvBase, transform: Transform) -> TransformedEnv:
 def eval_num_envs(cfg: EnvConfig, episodes: int) -> int:
     """How many env copies an evaluation of ``episodes`` episodes runs on.
 
-    Vectorized envs (VMAS, a custom factory that takes ``num_envs``) run them all at once;
-    PettingZoo copies are separate games, at most ``env.num_envs`` of them.
+    Vectorized envs (VMAS, a custom factory that takes ``num_envs``) run them all at once; the
+    copies of a kind that is not (PettingZoo) are separate games, at most ``env.num_envs`` of them.
     """
-    return min(episodes, cfg.num_envs) if cfg.kind == "pettingzoo" else episodes
+    return episodes if env_kind(cfg.kind).vectorised else min(episodes, cfg.num_envs)

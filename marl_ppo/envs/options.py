@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from marl_ppo.envs.kinds import ENV_KINDS, env_kind
 from marl_ppo.options import ConfigError, at_least, choice
 
 __all__ = ["EnvConfig"]
@@ -68,10 +69,18 @@ class EnvConfig:
     def bounds_episodes(self) -> bool:
         """Whether ``max_steps`` is the episodes' length cap (VMAS, PettingZoo MPE ``max_cycles``);
         classic games end on their own and use it only as the evaluation rollout's length."""
-        return self.kind == "vmas" or (self.kind == "pettingzoo" and self.scenario.startswith("simple"))
+        return env_kind(self.kind).bounds_episodes(self)
+
+    @property
+    def task_name(self) -> str:
+        """The task's short name, for a run's default name: the scenario's (an import path or registry id:
+        its last part), or a custom factory's."""
+        if self.kind == "custom":
+            return (self.factory or "custom").rpartition(":")[2].rpartition(".")[2]
+        return self.scenario.rpartition(".")[2].rpartition("/")[2]
 
     def __post_init__(self) -> None:
-        choice("env.kind", self.kind, ("vmas", "pettingzoo", "custom"))
+        choice("env.kind", self.kind, tuple(ENV_KINDS))
         glued = [k for k, v in self.kwargs.items() if v is None and ":" in str(k)]
         if glued:  # YAML reads {horizon:10} as the key "horizon:10" with no value
             key = glued[0]

@@ -92,7 +92,7 @@ def pettingzoo_tasks() -> list[str]:
     return mpe_tasks() + classic_tasks()
 
 
-def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, lean: bool = True) -> EnvBase:
+def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:
     """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``.
 
     With ``lean`` (the default) and ``env.parallel=false``, the copies of a turn-based game that

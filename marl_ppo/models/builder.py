@@ -20,13 +20,16 @@ def build_models(
     groups: Mapping[str, GroupSpec],
     model: ModelConfig,
     *,
-    algorithm: str = "mappo",
+    centralized: bool = True,
     value_norm: str = "none",
     popart_beta: float = 0.95,
     device: torch.device | str | None = None,
     shared: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, TensorDictModule], dict[str, TensorDictModule]]:
     """``(actors, critics)``, one of each per group; a ``global`` critic is one module in every entry.
+
+    ``centralized``: a group critic sees the group's joint observation (the algorithm's critic kind,
+    :mod:`marl_ppo.algorithms`), else each agent's own.
 
     ``shared`` maps a group to another whose networks it plays with (``opponents: {g: self}``): its
     actor runs the other's network on its own keys, and the same critic object serves both (the
@@ -50,7 +53,7 @@ def build_models(
         if model.critic == "group":
             critics[g] = build_critic(
                 spec,
-                centralized=algorithm == "mappo",
+                centralized=centralized,
                 share_params=m.share_params,
                 hidden=m.hidden,
                 activation=m.activation,
@@ -61,8 +64,8 @@ def build_models(
                 rnn_hidden=m.rnn_hidden,
             )
     if model.critic == "global":
-        if algorithm != "mappo":
-            raise ValueError(f"model.critic=global is MAPPO's critic; algorithm is {algorithm!r}")
+        if not centralized:
+            raise ValueError("model.critic=global is a centralised critic; the algorithm's critic is decentralised")
         critic = build_global_critic(
             groups,
             hidden=model.hidden,

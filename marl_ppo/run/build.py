@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import random
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,7 +31,8 @@ from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.state import TrainState
-from marl_ppo.envs import EnvFactory, absolute_factory, factory_path, make_env
+from marl_ppo.envs import EnvFactory, make_env
+from marl_ppo.envs.custom import recorded_env
 from marl_ppo.groups.reward_table import BoundRewardTable, RewardTable
 from marl_ppo.groups.specs import GroupSpec, read_group_specs
 from marl_ppo.models.critic import check_every_group_acts
@@ -270,26 +270,10 @@ def load_policy(
 
 
 def record_factory(cfg: Config, env_fn: EnvFactory | None) -> Config:
-    """The config a run records: ``env.kind=custom`` with ``env.factory`` naming ``env_fn`` (or the
-    factory the config has, its file path made absolute); ``env.kwargs`` are kept only from a config
-    that was already ``custom``. A factory that cannot be named (a lambda,
-    a notebook's function) is recorded as ``null`` with a warning: ``load_policy(run, env_fn=...)``
-    then needs it again."""
-    if env_fn is None:
-        if cfg.env.kind == "custom" and cfg.env.factory:
-            return replace(cfg, env=replace(cfg.env, factory=absolute_factory(cfg.env.factory)))
-        return cfg
-    path = factory_path(env_fn)
-    if path is None:
-        warnings.warn(
-            f"env_fn {env_fn!r} cannot be named in the run's config.yaml (a lambda, a closure or a notebook's "
-            "function): `marl-ppo eval` and `--resume` cannot rebuild its env; pass it again with "
-            "load_policy(run_dir, env_fn=...) / Trainer(..., env_fn=..., resume=True), or define it in a module",
-            stacklevel=3,
-        )
-    # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
-    kwargs = cfg.env.kwargs if cfg.env.kind == "custom" else {}
-    return replace(cfg, env=replace(cfg.env, kind="custom", factory=path, kwargs=kwargs))
+    """The config a run records: its env section as :func:`~marl_ppo.envs.custom.recorded_env` gives it
+    (``env_fn`` named as ``env.factory`` where it can be)."""
+    env = recorded_env(cfg.env, env_fn)
+    return cfg if env is cfg.env else replace(cfg, env=env)
 
 
 def _usable_checkpoint(ckpt_dir: Path, skip: str) -> str | None:

@@ -19,6 +19,7 @@ import torch
 from marl_ppo.config import Config
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.envs import EnvFactory, load_factory
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.models.modules import group_network
@@ -164,14 +165,14 @@ def make_player(
 
 
 def _raw_observation(cfg: Config, spec: GroupSpec, env_fn: EnvFactory | None) -> RawObservation:
-    """How the env gives the group's observation, for a scripted player (PettingZoo: before flattening)."""
-    if cfg.env.kind != "pettingzoo" or env_fn is not None:
+    """How the env gives the group's observation, for a scripted player (before flattening, where the env
+    kind says how: PettingZoo)."""
+    raw = None if env_fn is not None else env_kind(cfg.env.kind).raw_observation_specs(cfg.env)
+    if raw is None:  # the env gives what the networks read
         return RawObservation(tuple(spec.observation_shape[1:]))
     from torchrl.data import Categorical, OneHot
 
-    from marl_ppo.envs.pettingzoo import raw_observation_specs
-
-    leaf = raw_observation_specs(cfg.env)[spec.name]
+    leaf = raw[spec.name]
     if isinstance(leaf, OneHot):
         return RawObservation((), "int64", leaf.shape[-1])
     if isinstance(leaf, Categorical) and leaf.ndim == 1:

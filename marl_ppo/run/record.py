@@ -24,6 +24,7 @@ from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.matches import Matches
 from marl_ppo.run.resume import resume_point, write_resume_log
+from marl_ppo.run.signals import RunInterrupted
 from marl_ppo.run.video import FrameRecorder
 
 __all__ = ["SeedRecord", "schedule_entropy", "CHECKPOINT_FORMAT"]
@@ -136,6 +137,20 @@ class SeedRecord:
         self.failed = True
         self.logger.error(err, reason=reason)
         self.close()
+
+    def interrupted(self, signal_name: str, iteration: int) -> RunInterrupted:
+        """The seed's run ends after ``signal_name`` at ``iteration`` (its checkpoint written): ``error.txt``
+        says where it stopped and how to go on; returns the error to raise."""
+        if self.snapshot is not None:
+            where = f"at iteration {iteration}: checkpoint {self.ckpt_dir / 'last.pt'}"
+        elif iteration:
+            where = f"at iteration {iteration}, the checkpoint it had resumed from"
+        else:
+            where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
+        message = f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {self.run_dir}"
+        err = RunInterrupted(signal_name, message)
+        self.fail(err, reason=message)
+        return err
 
     def close(self) -> None:
         """Closes the loggers and the evaluation env (the collector closes the training env)."""

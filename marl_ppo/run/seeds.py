@@ -40,6 +40,7 @@ from marl_ppo.config import Config
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.seeds import SeedStack, seed_refusal
 from marl_ppo.core.state import TrainState
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import lr_schedule
 
@@ -72,8 +73,8 @@ def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module |
     why = seed_refusal(router) if router is not None else None
     if why is not None:
         raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
-    if cfg.env.kind == "custom":
-        why = "env.kind=custom (one batched env for all seeds: VMAS and PettingZoo for now)"
+    if not env_kind(cfg.env.kind).seeds_in_one_env:
+        why = f"env.kind={cfg.env.kind} (its env cannot hold every seed's copies in one batch)"
     elif cfg.train.collector.backend != "direct":
         why = f"train.collector.backend={cfg.train.collector.backend} (the seeds collect in this process)"
     elif cfg.opponents:

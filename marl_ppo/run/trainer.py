@@ -3,7 +3,8 @@
 One loop for one seed or many in one process (``train.seeds``): :func:`~marl_ppo.run.build.build`
 wires each seed's parts from its config, :class:`Trainer` runs the loop, and each seed logs,
 evaluates and checkpoints into its own run directory (:class:`~marl_ppo.run.record.SeedRecord`);
-:func:`~marl_ppo.core.update.ppo_update` is the update, the same for every S.
+the update is the algorithm's update mode (:mod:`marl_ppo.algorithms`; the joint step,
+:func:`~marl_ppo.core.update.ppo_update`), the same for every S.
 
 >>> from marl_ppo.config import load_config
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
@@ -29,8 +30,9 @@ from typing import Any, Sequence
 
 from tensordict import TensorDictBase
 
+from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
-from marl_ppo.core.update import StopRequested, TrainingError, ppo_update
+from marl_ppo.core.update import StopRequested, TrainingError
 from marl_ppo.envs import EnvFactory, make_env
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.options import ConfigError
@@ -202,7 +204,8 @@ class Trainer:
         batch = parts.reward_table(batch)  # elementwise: every seed's env copies at once
         batch = state.stack.compute_advantages(state.stack.split(batch))  # [S, E, T] for S > 1
         self.callbacks("on_batch_collected", self, batch)
-        stats = ppo_update(
+        update = algorithm(cfg.loss.algorithm).update_fn()  # the algorithm's update mode (the joint step)
+        stats = update(
             state.stack,
             state.step,
             batch,
@@ -317,12 +320,5 @@ class Trainer:
                 if record.saved_iteration != record.snapshot["iteration"]:
                     self._save(s)
                 self.state.load_state_dict(record.snapshot, seed=s)  # the state in memory matches its checkpoint
-                where = f"at iteration {self.iteration}: checkpoint {record.ckpt_dir / 'last.pt'}"
-            elif self.iteration:
-                where = f"at iteration {self.iteration}, the checkpoint it had resumed from"
-            else:
-                where = "before its first iteration ended (no checkpoint: resuming starts the run afresh)"
-            message = f"stopped by {signal_name} {where}; continue with marl-ppo train --resume {record.run_dir}"
-            errors.append(RunInterrupted(signal_name, message))
-            record.fail(errors[-1], reason=message)
+            errors.append(record.interrupted(signal_name, self.iteration))
         return errors[0]

@@ -70,5 +70,5 @@ def test_turn_based_games_are_refused():
 def test_config_refuses_global_critic_without_mappo():
     from marl_ppo.config import ConfigError
 
-    with pytest.raises(ConfigError, match="model.critic=global is MAPPO's critic"):
+    with pytest.raises(ConfigError, match="model.critic=global is a centralised critic"):
         load_config(overrides=["model.critic=global", "loss.algorithm=ippo"])

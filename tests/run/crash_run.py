@@ -19,10 +19,10 @@ import os
 import signal
 import sys
 
+import marl_ppo.core.update as update_module
 import marl_ppo.run.checkpoints as checkpoints
 import marl_ppo.run.logger as run_logging
 import marl_ppo.run.record as record
-import marl_ppo.run.trainer as trainer
 from marl_ppo.cli import main
 from marl_ppo.core.aggregate import AggregatedStep
 
@@ -33,7 +33,7 @@ def die() -> None:
 
 def arm(point: str, iteration: int) -> None:
     if point == "update":
-        real_update, real_step = trainer.ppo_update, AggregatedStep.__call__
+        real_update, real_step = update_module.ppo_update, AggregatedStep.__call__
         calls = {"n": 0}
 
         def update(*args, **kwargs):
@@ -48,7 +48,7 @@ def arm(point: str, iteration: int) -> None:
                 AggregatedStep.__call__ = step
             return real_update(*args, **kwargs)
 
-        trainer.ppo_update = update
+        update_module.ppo_update = update  # the joint update mode, looked up by the trainer each iteration
     elif point == "logged":
         real_log = run_logging.RunLogger.log
         seen = {"n": 0}

@@ -203,9 +203,9 @@ def test_the_table_names_every_changeable_key():
 
 
 def test_every_changeable_key_is_in_force_from_the_resumed_iteration(run, monkeypatch):
-    import marl_ppo.run.trainer as trainer_mod
+    import marl_ppo.core.update as update_mod
 
-    real_update, seen = trainer_mod.ppo_update, []
+    real_update, seen = update_mod.ppo_update, []
 
     def update(model, step, batch, **kwargs):  # what each resumed iteration's update was given
         loss = model.template.losses["agents"]  # the run's SeedStack (one seed: the router itself)
@@ -226,7 +226,7 @@ def test_every_changeable_key_is_in_force_from_the_resumed_iteration(run, monkey
         )
         return real_update(model, step, batch, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "ppo_update", update)
+    monkeypatch.setattr(update_mod, "ppo_update", update)  # the algorithm's update mode
     assert main(["train", "--resume", str(run), *CHANGES.values()]) == 0
     assert len(seen) == 2  # iterations 3 and 4
     for it in seen:

@@ -1,0 +1,105 @@
+"""The env kinds: one table line each, read by ``make_env``, the options, evaluation, video and seeds.
+
+An env kind says how to build a torchrl multi-agent env from an
+:class:`~marl_ppo.envs.options.EnvConfig` and what the rest of the package may do with it; nothing
+outside ``envs/`` branches on a kind's name. Adding a kind is one file with its ``make`` function
+and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
+
+* ``make`` names a function ``(cfg, *, seed, num_envs, device) -> EnvBase``
+  (``"module:function"``, imported on first use so the options load no torch, or the function);
+* ``vectorised``: one env object steps all ``num_envs`` copies in one call (VMAS, a custom factory
+  taking ``num_envs``); otherwise the copies are separate games (PettingZoo), so an evaluation runs
+  at most ``env.num_envs`` of them at once;
+* ``renders``: its envs draw frames (``log.video``, ``marl-ppo eval --video``);
+* ``own_time_limit``: the env applies ``env.time_limit`` itself (VMAS); otherwise ``make_env``
+  folds reported truncations into terminations where ``time_limit=terminate`` asks;
+* ``seeds_in_one_env``: ``train.seeds`` may run every seed's copies in one env of ``S x num_envs``;
+* ``raw_observations``: ``"module:function"`` giving each group's observation as the env gives it
+  before flattening (scripted players read it), or ``None`` (the flat observation).
+
+>>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
+(True, False)
+>>> env_kind("gym")
+Traceback (most recent call last):
+...
+ValueError: unknown env kind 'gym'; registered kinds: ['custom', 'pettingzoo', 'vmas']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EnvKind", "ENV_KINDS", "env_kind", "register_env_kind"]
+
+
+def _resolve(target: str | Callable) -> Callable:
+    if callable(target):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class EnvKind:
+    """One env kind (see the module docstring). ``make`` and ``raw_observations`` are ``"module:function"``
+    or the function itself; ``bounded`` says whether ``env.max_steps`` caps the episodes (a bool, or a
+    ``"module:function"`` of the env config)."""
+
+    name: str
+    make: str | Callable[..., Any]
+    vectorised: bool = True
+    renders: bool = False
+    own_time_limit: bool = False
+    seeds_in_one_env: bool = True
+    bounded: bool | str | Callable[..., bool] = True
+    raw_observations: str | Callable[..., Any] | None = None
+
+    def build(self, cfg, *, seed: int, num_envs: int, device=None):
+        """The kind's env for ``cfg`` (what ``make_env`` wraps with episode returns and the time limit)."""
+        return _resolve(self.make)(cfg, seed=seed, num_envs=num_envs, device=device)
+
+    def bounds_episodes(self, cfg) -> bool:
+        """Whether ``cfg.max_steps`` caps this env's episodes (else it only caps the evaluation's rollout)."""
+        return self.bounded if isinstance(self.bounded, bool) else bool(_resolve(self.bounded)(cfg))
+
+    def raw_observation_specs(self, cfg) -> dict[str, Any] | None:
+        """Each group's observation spec as the env gives it before flattening, or ``None`` (as trained on)."""
+        return None if self.raw_observations is None else _resolve(self.raw_observations)(cfg)
+
+
+def _mpe_task(cfg) -> bool:
+    return cfg.scenario.startswith("simple")
+
+
+ENV_KINDS: dict[str, EnvKind] = {
+    "vmas": EnvKind("vmas", "marl_ppo.envs.vmas:make_vmas", renders=True, own_time_limit=True),
+    "pettingzoo": EnvKind(
+        "pettingzoo",
+        "marl_ppo.envs.pettingzoo:make_pettingzoo",
+        vectorised=False,
+        bounded=_mpe_task,  # MPE tasks end at max_cycles; classic games end on their own
+        raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
+    ),
+    # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
+    "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False),
+}
+
+
+def env_kind(name: str) -> EnvKind:
+    """The registered kind ``name``; a ``ValueError`` listing the kinds for any other."""
+    try:
+        return ENV_KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown env kind {name!r}; registered kinds: {sorted(ENV_KINDS)}") from None
+
+
+def register_env_kind(kind: EnvKind) -> EnvKind:
+    """Adds ``kind`` to the table (``env.kind=<kind.name>`` then builds it); returns it. A name already
+    taken is refused: replace a kind by editing its line, not by shadowing it."""
+    if kind.name in ENV_KINDS and ENV_KINDS[kind.name] != kind:
+        raise ValueError(f"env kind {kind.name!r} is registered already ({ENV_KINDS[kind.name]})")
+    ENV_KINDS[kind.name] = kind
+    return kind
