@@ -34,7 +34,7 @@ from torch import nn
 from marl_ppo.core.diagnostics import Reducer, masked_diagnostics
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import value_norms
-from marl_ppo.models.modules import group_network
+from marl_ppo.models.modules import Networks
 
 __all__ = ["GroupBatchNet", "GroupBundle", "find_bundles"]
 
@@ -72,11 +72,11 @@ def _relative(spec: GroupSpec, key) -> tuple | None:
     return tuple(key[1:])
 
 
-def _signature(spec: GroupSpec, actor: nn.Module, critic: nn.Module, coeffs: Sequence[float]):
+def _signature(spec: GroupSpec, actor: nn.Module, critic: nn.Module, coeffs: Sequence[float], networks: Networks):
     """What must match for two groups to share a loss call; ``None`` if the group cannot be bundled."""
     if len(spec.observation_keys) != 1 or spec.keys != GroupKeys.for_group(spec.name, mask=spec.keys.mask):
         return None
-    nets = group_network(actor), group_network(critic)
+    nets = networks.of(actor), networks.of(critic)
     if None in nets:
         return None
     return (
@@ -99,11 +99,13 @@ def find_bundles(
     critics: Mapping[str, nn.Module],
     head_coeffs: Mapping[str, Sequence[float]],
     eligible: Callable[[str], bool],
+    networks: Networks,
 ) -> list[list[str]]:
-    """The groups to bundle: sets of two or more eligible groups with equal signatures, in group order."""
+    """The groups to bundle: sets of two or more eligible groups with equal signatures, in group order
+    (a group's actor and critic must run agent MLPs that ``networks`` lists)."""
     sets: list[tuple[object, list[str]]] = []
     for g, spec in groups.items():
-        sig = _signature(spec, actors[g], critics[g], head_coeffs[g]) if eligible(g) else None
+        sig = _signature(spec, actors[g], critics[g], head_coeffs[g], networks) if eligible(g) else None
         if sig is None:
             continue
         for other_sig, members in sets:

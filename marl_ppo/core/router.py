@@ -42,7 +42,7 @@ from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_
 from marl_ppo.core.diagnostics import Reducer, head_key, masked_diagnostics, per_head_diagnostics
 from marl_ppo.core.losses import per_head_loss
 from marl_ppo.groups.specs import GroupSpec
-from marl_ppo.models import Head, TensorOutModule, action_heads, build_actor, build_models, group_network
+from marl_ppo.models import Head, Networks, TensorOutModule, action_heads, build_actor, build_models
 from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_norms
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
@@ -85,9 +85,12 @@ class GroupRouter(nn.Module):
         gamma, lmbda: ``MultiAgentGAE`` parameters.
         bundle_groups: run groups with identical specs through one loss call (see
             :mod:`marl_ppo.core.bundles`): the same losses, diagnostics and gradients, without each
-            group's fixed per-call cost. Groups whose actor or critic was not built by
-            :func:`~marl_ppo.models.build_actor` / :func:`~marl_ppo.models.build_critic`, and
-            every group when ``clip_value`` is set, keep their own call.
+            group's fixed per-call cost. Groups whose actor or critic ``networks`` does not
+            list, and every group when ``clip_value`` is set, keep their own call.
+        networks: which agent MLP each actor and critic runs
+            (:class:`~marl_ppo.models.modules.Networks`, as :func:`~marl_ppo.models.build_models`
+            and the ``networks=`` of the actor and critic builders record it); kept as
+            :attr:`networks`, what bundles, seats and pools read.
     """
 
     def __init__(
@@ -107,8 +110,10 @@ class GroupRouter(nn.Module):
         gamma: float = 0.99,
         lmbda: float = 0.9,
         bundle_groups: bool = True,
+        networks: Networks | None = None,
     ) -> None:
         super().__init__()
+        self.networks = networks if networks is not None else Networks()  # the agent MLPs the modules run
         entry = algorithm_entry(algorithm)  # a ValueError naming the registered ones
         for name, modules in (("actor", actors), ("critic", critics)):
             missing = [g for g in groups if g not in modules]
@@ -157,7 +162,9 @@ class GroupRouter(nn.Module):
         # state_dict stays the groups' (see _apply for devices).
         self._bundles: list[GroupBundle] = []
         if bundle_groups and clip_value is None:  # value clipping's fraction is not split per group
-            members = find_bundles(self.groups, actors, critics, head_coeffs, self._reads_own_group_only.get)
+            members = find_bundles(
+                self.groups, actors, critics, head_coeffs, self._reads_own_group_only.get, self.networks
+            )
             for i, names in enumerate(members):
                 self._bundles.append(self._make_bundle(f"__bundle{i}__", names, actors, critics, head_coeffs))
         self._bundled = {g: b for b in self._bundles for g in b.groups}
@@ -201,8 +208,8 @@ class GroupRouter(nn.Module):
         specs = [self.groups[g] for g in members]
         spec = bundle_spec(name, specs)
         n = specs[0].n_agents
-        actor = build_actor(spec, net=GroupBatchNet([group_network(actors[g]) for g in members], n))
-        net = GroupBatchNet([group_network(critics[g]) for g in members], n)
+        actor = build_actor(spec, net=GroupBatchNet([self.networks.of(actors[g]) for g in members], n))
+        net = GroupBatchNet([self.networks.of(critics[g]) for g in members], n)
         norms = [value_norms(critics[g])[g][0] for g in members if value_norms(critics[g])]
         sliced = SlicedValueNorm(norms, n) if norms else None
         if sliced is not None:  # each group's slice de-normalised with its own statistics
@@ -268,7 +275,7 @@ class GroupRouter(nn.Module):
         ``shared``: groups that play with another group's networks (``{"player_2": "player_1"}``)."""
         if model is None:
             model = ModelConfig(hidden=list(hidden), activation=activation, share_params=share_params)
-        actors, critics = build_models(
+        actors, critics, networks = build_models(
             groups,
             model,
             centralized=algorithm_entry(algorithm).centralised,
@@ -277,7 +284,7 @@ class GroupRouter(nn.Module):
             device=device,
             shared=shared,
         )
-        router = cls(groups, actors, critics, algorithm=algorithm, **loss_kwargs)
+        router = cls(groups, actors, critics, algorithm=algorithm, networks=networks, **loss_kwargs)
         # the losses' own buffers (clip bounds, coefficients) join the networks on the device
         return router if device is None else router.to(device)
 

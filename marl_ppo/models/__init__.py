@@ -23,7 +23,7 @@ _EXPORTS = {
     "SharedAgentMLP": "marl_ppo.models.mlp",
     "agent_mlp": "marl_ppo.models.mlp",
     "TensorOutModule": "marl_ppo.models.modules",
-    "group_network": "marl_ppo.models.modules",
+    "Networks": "marl_ppo.models.modules",
     "ModelConfig": "marl_ppo.models.options",
 }
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,7 @@ from torchrl.modules import ProbabilisticActor
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.mlp import agent_mlp
-from marl_ppo.models.modules import TensorOutModule, group_network, stamp_network
+from marl_ppo.models.modules import Networks, TensorOutModule
 from marl_ppo.models.registry import model_kind
 
 __all__ = ["build_actor", "seat_actor"]
@@ -39,6 +39,7 @@ def build_actor(
     net: nn.Module | None = None,
     kind: str = "mlp",
     rnn_hidden: int = 128,
+    networks: Networks | None = None,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
 
@@ -50,7 +51,8 @@ def build_actor(
     rollouts of the mode silently stops exploring.
 
     ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
-    network arguments are then unused. ``kind`` names a registered model kind
+    network arguments are then unused. ``networks`` records which MLP the actor runs (a bundle or
+    another seat reads it there; :class:`~marl_ppo.models.modules.Networks`). ``kind`` names a registered model kind
     (:mod:`~marl_ppo.models.registry`): ``gru``/``lstm`` run the MLP (``hidden``) into a recurrent cell
     of ``rnn_hidden`` units, and a linear layer maps its output to the heads' parameters.
     """
@@ -89,7 +91,9 @@ def build_actor(
         )
     actor = _actor_on(group, heads, net, obs_key, trunk)
     # a bundle rebuilds the actor around the bare network: only a kind without state allows it
-    return stamp_network(actor, net) if spec.bundleable and trunk is None else actor
+    if networks is not None and spec.bundleable and trunk is None:
+        networks.record(actor, net)
+    return actor
 
 
 def _actor_on(
@@ -169,13 +173,16 @@ def _composite_actor(
     )
 
 
-def seat_actor(spec: GroupSpec, actor: nn.Module, *, frozen: bool = False, what: str = "the policy") -> nn.Module:
-    """``actor``'s network in a policy on ``spec``'s keys: a trained policy playing another group's seat.
+def seat_actor(
+    spec: GroupSpec, actor: nn.Module, networks: Networks, *, frozen: bool = False, what: str = "the policy"
+) -> nn.Module:
+    """``actor``'s network (as ``networks`` records it) in a policy on ``spec``'s keys: a trained policy
+    playing another group's seat.
 
     ``frozen``: a copy of the network without gradients (an opponent); else the network itself, shared.
     A ValueError for an actor that is not built around one of our MLPs (``what`` names it).
     """
-    net = group_network(actor)
+    net = networks.of(actor)
     if net is None:
         raise ValueError(
             f"{what} is not one of marl_ppo's MLP policies (a recurrent or custom policy cannot play another seat yet)"

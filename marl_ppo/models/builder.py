@@ -10,7 +10,7 @@ from tensordict.nn import TensorDictModule
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
-from marl_ppo.models.modules import group_network
+from marl_ppo.models.modules import Networks
 from marl_ppo.models.options import ModelConfig
 
 __all__ = ["build_models"]
@@ -25,8 +25,9 @@ def build_models(
     popart_beta: float = 0.95,
     device: torch.device | str | None = None,
     shared: Mapping[str, str] | None = None,
-) -> tuple[dict[str, TensorDictModule], dict[str, TensorDictModule]]:
-    """``(actors, critics)``, one of each per group; a ``global`` critic is one module in every entry.
+) -> tuple[dict[str, TensorDictModule], dict[str, TensorDictModule], Networks]:
+    """``(actors, critics, networks)``: one actor and one critic per group (a ``global`` critic is one
+    module in every entry), and the table of the agent MLPs they run (the router keeps it).
 
     ``centralized``: a group critic sees the group's joint observation (the algorithm's critic kind,
     :mod:`marl_ppo.algorithms`), else each agent's own.
@@ -38,7 +39,7 @@ def build_models(
     unknown = sorted(set(model.groups) - set(groups))
     if unknown:
         raise KeyError(f"model.groups names unknown group(s) {unknown}; the env's groups are {list(groups)}")
-    actors, critics = {}, {}
+    actors, critics, networks = {}, {}, Networks()
     for g, spec in groups.items():
         m = model.for_group(g)
         actors[g] = build_actor(
@@ -49,6 +50,7 @@ def build_models(
             device=device,
             kind=m.kind,
             rnn_hidden=m.rnn_hidden,
+            networks=networks,
         )
         if model.critic == "group":
             critics[g] = build_critic(
@@ -62,6 +64,7 @@ def build_models(
                 popart_beta=popart_beta,
                 kind=m.group_critic_kind,
                 rnn_hidden=m.rnn_hidden,
+                networks=networks,
             )
     if model.critic == "global":
         if not centralized:
@@ -77,9 +80,9 @@ def build_models(
         critics = {g: critic for g in groups}
     for g, source in (shared or {}).items():
         _check_shared(groups, model, value_norm, g, source)
-        actors[g] = build_actor(groups[g], net=group_network(actors[source]))
+        actors[g] = build_actor(groups[g], net=networks.of(actors[source]), networks=networks)
         critics[g] = critics[source]
-    return actors, critics
+    return actors, critics, networks
 
 
 def _check_shared(groups: Mapping[str, GroupSpec], model: ModelConfig, value_norm: str, g: str, source: str) -> None:

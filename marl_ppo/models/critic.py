@@ -27,7 +27,7 @@ from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, Cros
 
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
-from marl_ppo.models.modules import TensorOutModule, stamp_network
+from marl_ppo.models.modules import Networks, TensorOutModule
 from marl_ppo.models.registry import model_kind
 
 __all__ = [
@@ -56,11 +56,13 @@ def build_critic(
     popart_beta: float = 0.95,
     kind: str = "mlp",
     rnn_hidden: int = 128,
+    networks: Networks | None = None,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
 
     ``centralized=True`` is MAPPO's critic (each agent's value sees all the group's observations);
-    ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP.
+    ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP; ``networks``
+    records which MLP the critic runs (:class:`~marl_ppo.models.modules.Networks`).
     ``value_norm`` (``none``, ``running``, ``popart``) makes the network learn normalised values.
     ``kind`` ``gru``/``lstm``: the MLP feeds a recurrent cell, then a linear value layer.
     """
@@ -89,13 +91,14 @@ def build_critic(
         )
     if value_norm == "none":
         critic = TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
-        return stamp_network(critic, net)
+        return critic if networks is None else networks.record(critic, net)
     norm = make_value_norm(value_norm, popart_beta, device)
     wrapped = NormalizedValueNet(
         net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {}
     )
     critic = TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
-    return stamp_network(critic, net)  # a bundle runs the bare network, with the groups' normalisers
+    # a bundle runs the bare network, with the groups' normalisers
+    return critic if networks is None else networks.record(critic, net)
 
 
 def _trunk_critic(

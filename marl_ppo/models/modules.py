@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -11,7 +9,7 @@ from torchrl.modules import MultiAgentMLP
 
 from marl_ppo.models.mlp import SharedAgentMLP
 
-__all__ = ["TensorOutModule", "group_network", "stamp_network"]
+__all__ = ["TensorOutModule", "Networks"]
 
 
 class TensorOutModule(TensorDictModule):
@@ -37,20 +35,36 @@ class TensorOutModule(TensorDictModule):
         return tensordict
 
 
-# The agent MLP each actor/critic built here runs, by module: kept beside the modules, not set on
-# them (an actor is torchrl's ProbabilisticActor), and gone with the module.
-_GROUP_NETWORKS: "weakref.WeakKeyDictionary[nn.Module, nn.Module]" = weakref.WeakKeyDictionary()
+class Networks:
+    """Which agent MLP each actor or critic built here runs: an explicit table, owned by the router.
 
+    A bundle rebuilds a group's actor around its bare network, a seat plays another group's network,
+    a pool snapshots it: each asks the table of the router that trains it (``router.networks``),
+    instead of a process-wide registry or an attribute set on a torchrl module. The builders record
+    into the table they are given (:func:`~marl_ppo.models.build_models` makes one per router).
 
-def stamp_network(module: nn.Module, net: nn.Module) -> nn.Module:
-    """Records that ``module`` (an actor or critic built here) runs the agent MLP ``net``; returns ``module``."""
-    _GROUP_NETWORKS[module] = net
-    return module
+    >>> net = SharedAgentMLP(4, 2, 3, centralized=False, hidden=(8,), activation_class=nn.Tanh)
+    >>> module = TensorOutModule(net, in_keys=["obs"], out_keys=["out"])
+    >>> table = Networks()
+    >>> table.record(module, net) is module, table.of(module) is net, Networks().of(module)
+    (True, True, None)
+    """
 
+    def __init__(self) -> None:
+        self._nets: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(module) -> (module, net): the module kept
 
-def group_network(module: nn.Module) -> nn.Module | None:
-    """The agent MLP of an actor or critic built by :func:`build_actor` / :func:`build_critic`
-    around one of our MLPs; ``None`` for any other module (the router then never bundles its
-    group: a bundle rebuilds the group's actor from its spec around this network)."""
-    net = _GROUP_NETWORKS.get(module)
-    return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None
+    def record(self, module: nn.Module, net: nn.Module) -> nn.Module:
+        """Records that ``module`` runs the agent MLP ``net``; returns ``module``."""
+        self._nets[id(module)] = (module, net)
+        return module
+
+    def of(self, module: nn.Module) -> nn.Module | None:
+        """The agent MLP ``module`` runs, when it is one of ours built here; ``None`` for any other module
+        (its group is then never bundled, nor played in another seat)."""
+        entry = self._nets.get(id(module))
+        net = entry[1] if entry is not None and entry[0] is module else None
+        return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None
+
+    def update(self, other: "Networks") -> None:
+        """Takes ``other``'s entries (the networks of modules built into another table)."""
+        self._nets.update(other._nets)

@@ -38,7 +38,8 @@ def seats(parts: Parts) -> dict[str, object]:
             continue
         for t in router.groups:
             if seat_difference(spec, router.groups[t]) is None:
-                out[g] = seat_actor(spec, router.losses[t].actor_network, what=f"group {t!r}'s policy")
+                actor = router.losses[t].actor_network
+                out[g] = seat_actor(spec, actor, router.networks, what=f"group {t!r}'s policy")
                 break
     return out
 

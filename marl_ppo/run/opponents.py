@@ -22,7 +22,6 @@ from marl_ppo.envs import EnvFactory, load_factory
 from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
-from marl_ppo.models.modules import group_network
 from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
 from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet
 from marl_ppo.options import ConfigError
@@ -56,7 +55,7 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     """The pool seat's player: its live actor (the shared networks), a snapshot (the first one taken) or
     one of ``pool.fixed``, built by ``make_fixed(key, source, spec)`` (:func:`make_player`, bound)."""
     live = router.losses[spec.name].actor_network
-    snapshots = SnapshotNet(group_network(live))
+    snapshots = SnapshotNet(router.networks.of(live))
     frozen = build_actor(spec, net=snapshots)
     pool = cfg.pool
     seat = dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=env_mask))  # the env's own keys
@@ -206,6 +205,8 @@ def _checkpoint_player(cfg: Config, key: str, source: OpponentSource, spec: Grou
         raise ConfigError(f"{key}: the policy of group {group!r} of run {source.target} cannot play this seat: {why}")
     try:
         actor = other.router.losses[group].actor_network
-        return seat_actor(spec, actor, frozen=True, what=f"{key}: run {source.target}'s {group!r}")
+        return seat_actor(
+            spec, actor, other.router.networks, frozen=True, what=f"{key}: run {source.target}'s {group!r}"
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from None

@@ -24,7 +24,6 @@ from tensordict.nn import TensorDictSequential
 
 from marl_ppo.config import Config
 from marl_ppo.models.actor import build_actor, seat_actor
-from marl_ppo.models.modules import group_network
 from marl_ppo.opponents import count_outcomes, parse_source, source_label
 from marl_ppo.opponents.ratings import fit_elo
 from marl_ppo.run.build import Parts, build_opponent
@@ -56,11 +55,11 @@ def symmetric_pool(parts: Parts) -> tuple[str, str] | None:
     in a two-group game (each player of the matrix fills both seats; with more groups there is no pairing)."""
     if len(parts.groups) != 2:
         return None
-    losses = parts.router.losses
+    losses, networks = parts.router.losses, parts.router.networks
     for seat in parts.pools:
-        net = group_network(losses[seat].actor_network)
+        net = networks.of(losses[seat].actor_network)
         for g in parts.router.groups:
-            if g != seat and group_network(losses[g].actor_network) is net:
+            if g != seat and networks.of(losses[g].actor_network) is net:
                 return g, seat
     return None
 
@@ -85,7 +84,7 @@ def play_payoff(cfg: Config, parts: Parts, evaluator: Evaluator, *, episodes: in
     players: dict[str, dict[str, object]] = {}
     for k, it in enumerate(pool.snapshots.taken_at):
         players[f"iter_{it}"] = {g: snapshot_actor(specs[g], pool, k) for g in pair}
-    players["latest"] = {g: seat_actor(specs[g], live) for g in pair}
+    players["latest"] = {g: seat_actor(specs[g], live, parts.router.networks) for g in pair}
     for text in fixed:
         source = parse_source(f"opponent {text!r}", text)
         players[source_label(text)] = {

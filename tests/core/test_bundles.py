@@ -30,7 +30,7 @@ from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.update import update_keys
 from marl_ppo.envs import make_env
 from marl_ppo.groups import GroupSpec, read_group_specs
-from marl_ppo.models import SharedAgentMLP, group_network
+from marl_ppo.models import SharedAgentMLP
 
 B, T, OBS = 3, 8, 5
 HIDDEN = (16, 16)
@@ -230,8 +230,9 @@ def test_a_group_with_a_custom_actor_is_not_bundled():
         return_log_prob=True,
         log_prob_key=("c", "action_log_prob"),
     )
-    assert group_network(actors["c"]) is None and group_network(actors["a"]) is not None
-    assert GroupRouter(groups, actors, critics).bundles == [("a", "b")]
+    assert base.networks.of(actors["c"]) is None and base.networks.of(actors["a"]) is not None
+    assert GroupRouter(groups, actors, critics, networks=base.networks).bundles == [("a", "b")]
+    assert GroupRouter(groups, actors, critics).bundles == []  # no table: nothing known to be bundleable
 
 
 def test_bundling_keeps_the_state_dict_and_follows_dtype_moves():

@@ -310,7 +310,6 @@ def _first_legal(net: torch.nn.Module) -> None:
 def test_eval_against_the_pool_shares_the_episodes_between_its_snapshots(monkeypatch):
     """First-legal against first-legal snapshots: the first mover wins every game (tic-tac-toe's own rewards),
     exactly 7 episodes per seat, shared 3 / 2 / 2 between three snapshots; 'pool' of a run without one is refused."""
-    from marl_ppo.models.modules import group_network
     from marl_ppo.run.evaluation import Evaluator
     from marl_ppo.run.matches import Matches
 
@@ -319,7 +318,7 @@ def test_eval_against_the_pool_shares_the_episodes_between_its_snapshots(monkeyp
     _first_legal(pool.snapshots.template)
     pool.snapshot(1)
     pool.snapshot(2)
-    _first_legal(group_network(parts.router.losses["player_1"].actor_network))
+    _first_legal(parts.router.networks.of(parts.router.losses["player_1"].actor_network))
     cfg = ttt("opponents.player_2=pool:player_1")
     evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=7)
     played = Matches(cfg, parts, ["pool"], evaluator)()
