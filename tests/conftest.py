@@ -66,9 +66,9 @@ def dying_update(monkeypatch):
     """``dying_update(after, message)``: the trainer's PPO update raises ``RuntimeError(message)`` from its
     ``after + 1``-th call on (a run killed during an iteration); returns the call counter
     (``{"n": calls}``). ``dying_update.disarm()`` puts the real update back."""
-    import marl_ppo.run.trainer as trainer_mod
+    import marl_ppo.core.update as update_mod  # the joint update mode, which the trainer looks up each iteration
 
-    real_update = trainer_mod.ppo_update
+    real_update = update_mod.ppo_update
 
     def arm(after: int, message: str = "simulated kill") -> dict:
         calls = {"n": 0}
@@ -79,8 +79,8 @@ def dying_update(monkeypatch):
                 raise RuntimeError(message)
             return real_update(*args, **kwargs)
 
-        monkeypatch.setattr(trainer_mod, "ppo_update", update)
+        monkeypatch.setattr(update_mod, "ppo_update", update)
         return calls
 
-    arm.disarm = lambda: monkeypatch.setattr(trainer_mod, "ppo_update", real_update)
+    arm.disarm = lambda: monkeypatch.setattr(update_mod, "ppo_update", real_update)
     return arm

@@ -267,7 +267,8 @@ class Trainer:
             with state.stack.seed(s):
                 fresh = dict(record.evaluate(state.iteration, state.frames))
             self.callbacks("on_evaluation_end", self, record.eval_returns)
-        summary = record.finish(state.iteration, state.frames, fresh, self.collector_used)
+        with state.stack.seed(s):  # a pool's ladder plays this seed's policy
+            summary = record.finish(state.iteration, state.frames, fresh, self.collector_used)
         self.callbacks("on_run_end", self, summary)
         return summary
 

@@ -53,7 +53,10 @@ BAD = [
         ],
         ["env.multidiscrete_actions=true", "VMAS option"],
     ),
-    (["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "log.video=true"], ["log.video", "VMAS envs only"]),
+    (
+        ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "log.video=true"],
+        ["log.video=true", "env.kind='pettingzoo' does not render", "'vmas'"],
+    ),
     (["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.device=cuda:0"], ["env.device", "CPU only"]),
     (["log.wandb.mode=cloud"], ["log.wandb.mode", "'online', 'offline', 'disabled'", "'cloud'"]),
     (
