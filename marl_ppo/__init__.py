@@ -27,6 +27,14 @@ _EXPORTS = {
     "signal": "marl_ppo.groups.reward_terms",
     "team": "marl_ppo.groups.reward_terms",
     "GroupRouter": "marl_ppo.core.router",
+    # the loop by hand (a notebook): a config, its parts and state, the update, or the whole trainer
+    "load_config": "marl_ppo.config",
+    "build": "marl_ppo.run.build",
+    "train_state": "marl_ppo.run.build",
+    "SeedStack": "marl_ppo.core.seeds",
+    "TrainState": "marl_ppo.core.state",
+    "ppo_update": "marl_ppo.core.update",
+    "Trainer": "marl_ppo.run.trainer",
 }
 
 __all__ = sorted(_EXPORTS)

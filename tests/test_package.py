@@ -244,3 +244,23 @@ def test_the_changelog_and_citation_name_this_version():
     assert citation["cff-version"] == "1.2.0" and citation["version"] == _version()
     releases = re.findall(r"^## \[(\d[^\]]*)\] - (\d{4}-\d{2}-\d{2})$", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert releases[0] == (_version(), citation["date-released"]), releases
+
+
+def test_a_notebook_runs_the_loop_by_hand_from_the_package_alone():
+    """``from marl_ppo import ...``: a config, its parts and training state, a batch, advantages, the update."""
+    import torch
+
+    from marl_ppo import TrainState, build, load_config, ppo_update, train_state
+
+    cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "env.kwargs.n_agents=2", "model.hidden=[16]"])
+    parts = build(cfg)
+    state = train_state(cfg, parts)
+    assert isinstance(state, TrainState)
+    with torch.no_grad():
+        batch = parts.reward_table(parts.env.rollout(10, parts.policy, break_when_any_done=False))
+    parts.env.close()
+    batch = state.stack.compute_advantages(batch)
+    before = [p.detach().clone() for p in state.stack.trainable]
+    stats = ppo_update(state.stack, state.step, batch, num_epochs=1, minibatch_size=20, generator=state.generators)
+    assert torch.isfinite(stats["loss"]) and "agents" in stats.keys()
+    assert any(not torch.equal(a, b) for a, b in zip(before, state.stack.trainable))
