@@ -64,7 +64,3 @@ class Networks:
         entry = self._nets.get(id(module))
         net = entry[1] if entry is not None and entry[0] is module else None
         return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None
-
-    def update(self, other: "Networks") -> None:
-        """Takes ``other``'s entries (the networks of modules built into another table)."""
-        self._nets.update(other._nets)
