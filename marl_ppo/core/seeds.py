@@ -69,7 +69,7 @@ class SeedStack:
         self.seeds = len(routers)
         self.looped = False
         if self.seeds == 1:  # the router's own tensors: nothing to stack, no vmap to pay for
-            self.params, self.trainable, self._stacked = None, unique_parameters(self.template), {}
+            self.params, self.trainable = None, unique_parameters(self.template)
             return
         why = seed_refusal(routers[0])
         if why is not None:
@@ -91,7 +91,6 @@ class SeedStack:
         # torch._foreach_sub) nor for the GRU/LSTM kernels: such a router's losses run seed by seed
         composite = any(spec.is_composite_action for spec in self.template.groups.values())
         self.looped = composite or bool(self.template.recurrent_keys)
-        self._stacked = stacked
         self.params[0].to_module(self.template)  # the template holds seed 0's slices: one set of storages
 
     def split(self, batch: TensorDictBase) -> TensorDictBase:

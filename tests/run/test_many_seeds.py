@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -305,7 +304,7 @@ def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_unint
     ends where the uninterrupted group ends, bit for bit (a checkpoint every iteration: every one is an
     episode boundary the uninterrupted group also restarts at)."""
     from marl_ppo.config import load_config
-    from tests.run.test_recovery import FPB, ROOT, TINY, assert_same_state, comparable
+    from tests.run.test_recovery import FPB, ROOT, TINY, assert_same_state, comparable, wait_for_iterations
 
     base = [o for o in TINY if not o.startswith(("train.total_frames", "log.checkpoint_every", "env.max_steps"))]
     # episodes of one batch's 10 steps: a checkpoint (and its episode restart) after every iteration
@@ -325,12 +324,8 @@ def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_unint
         text=True,
         cwd=ROOT,
     )
-    logged = tmp_path / "cut" / "g-seed1" / "logs" / "scalars" / "time" / "iteration.csv"
     try:
-        deadline = time.monotonic() + 240
-        while not (logged.exists() and len(logged.read_text().splitlines()) >= 3):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-            time.sleep(0.05)
+        wait_for_iterations(tmp_path / "cut" / "g-seed1", 3, proc)  # the last seed has logged 3 iterations
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -330,7 +330,7 @@ def test_corrupt_checkpoint_in_eval_names_the_file(four_checkpoints, capsys):
 # -- signals ------------------------------------------------------------------------------------------
 
 
-def _wait_for_iterations(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+def wait_for_iterations(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
     path = run / "logs" / "scalars" / "time" / "iteration.csv"
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -354,7 +354,7 @@ def test_signal_checkpoints_the_iteration_reached_and_resume_continues(tmp_path,
         cwd=ROOT,
     )
     try:
-        _wait_for_iterations(run, 4, proc)
+        wait_for_iterations(run, 4, proc)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -476,7 +476,7 @@ def test_ctrl_c_to_the_process_group_with_env_workers(tmp_path):
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
     )  # its own process group, as under a terminal
     try:
-        _wait_for_iterations(run, 3, proc)
+        wait_for_iterations(run, 3, proc)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
