@@ -196,13 +196,8 @@ def make_custom(
 
 
 def _check_flat_observations(groups: dict) -> None:
-    """Policies read one flat vector per agent: ``(g, "observation")`` ``[*B, n_agents, obs_dim]``."""
+    """The model kinds read vectors per agent (``[*B, n_agents, obs_dim]``, several entries concatenated)."""
     for g, spec in groups.items():
-        if len(spec.observation_keys) != 1:
-            raise GroupSpecError(
-                f"group {g!r} has several observation entries {list(spec.observation_keys)}; marl_ppo's policies "
-                "read one flat vector per agent: concatenate them in the env (or a torchrl Transform)"
-            )
         shape = list(spec.observation_shape or ())
         if len(shape) != 2:
             what = "an image" if len(shape) >= 4 else "not a flat vector"

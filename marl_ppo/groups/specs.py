@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import torch
 from tensordict.utils import NestedKey
-from torchrl.data import Composite, OneHot, TensorSpec
+from torchrl.data import Composite, OneHot, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
 __all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs", "seat_difference"]
@@ -100,6 +100,7 @@ class GroupSpec:
         raw_terminated_key: the env's own per-agent terminated for the group, if it has one.
         action_mask_key: legal-action mask the policy must respect, if the env gives one.
         observation_shape: per-step shape of the first observation entry, ``[n_agents, obs_dim]``.
+        observation_spec: the observation entries' per-step specs (see :attr:`inputs`).
         keys: the namespaced keys the group's loss reads and writes.
     """
 
@@ -113,6 +114,7 @@ class GroupSpec:
     raw_terminated_key: NestedKey | None = None
     action_mask_key: NestedKey | None = None
     observation_shape: tuple[int, ...] | None = None
+    observation_spec: Composite | None = field(default=None, compare=False, repr=False)
     keys: GroupKeys = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -122,6 +124,19 @@ class GroupSpec:
     @property
     def n_agents(self) -> int:
         return len(self.agents)
+
+    @property
+    def inputs(self) -> Composite:
+        """What a model reads: each observation entry at its full key, per-step shape ``[n_agents, ...]``
+        (``[n_agents, obs_dim]`` vectors, ``[n_agents, C, H, W]`` images, ``[n_agents, N, F]`` sets).
+
+        A spec written by hand with only :attr:`observation_shape` reads as one float entry of that shape.
+        """
+        if self.observation_spec is not None:
+            return self.observation_spec
+        if self.observation_shape is None:
+            raise ValueError(f"group {self.name!r} has neither observation_spec nor observation_shape")
+        return _inputs({self.observation_keys[0]: Unbounded(shape=self.observation_shape)}, self.n_agents)
 
     @property
     def agent_action_spec(self) -> TensorSpec:
@@ -134,6 +149,16 @@ class GroupSpec:
     @property
     def is_composite_action(self) -> bool:
         return isinstance(self.action_spec, Composite)
+
+
+def _inputs(entries: dict, n_agents: int) -> Composite:
+    """A Composite of per-step ``entries`` at their full keys (each group's node shaped ``[n_agents]``)."""
+    spec = Composite()
+    for key, leaf in entries.items():
+        if key[0] not in spec.keys():
+            spec[key[0]] = Composite(shape=(n_agents,), device=leaf.device)
+        spec[key] = leaf
+    return spec
 
 
 def seat_difference(a: GroupSpec, b: GroupSpec) -> str | None:
@@ -222,9 +247,17 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             raw_terminated_key=(group, "terminated") if (group, "terminated") in done_keys else None,
             action_mask_key=mask_key,
             observation_shape=tuple(obs_spec[obs_keys[0]].shape[batch_ndim:]),
+            observation_spec=_inputs({k: _step_spec(obs_spec[k], batch_ndim) for k in obs_keys}, len(agents)),
             keys=GroupKeys.for_group(group, mask=(group, "mask") if "mask" in group_obs.keys() else None),
         )
     return specs
+
+
+def _step_spec(spec: TensorSpec, batch_ndim: int) -> TensorSpec:
+    """``spec`` of one step: without the env's batch dims."""
+    for _ in range(batch_ndim):
+        spec = spec[0]
+    return spec
 
 
 def _check_action_mask(group: str, mask_spec: TensorSpec, action_spec: TensorSpec) -> None:

@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from tensordict.nn import CompositeDistribution, InteractionType, NormalParamExtractor, TensorDictSequential
@@ -22,6 +23,7 @@ from torchrl.modules import ProbabilisticActor
 
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.distributions import Head, action_heads
+from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import agent_mlp
 from marl_ppo.models.modules import Networks, TensorOutModule
 from marl_ppo.models.registry import model_kind
@@ -38,7 +40,7 @@ def build_actor(
     device: torch.device | str | None = None,
     net: nn.Module | None = None,
     kind: str = "mlp",
-    rnn_hidden: int = 128,
+    options: Mapping[str, Any] | None = None,
     networks: Networks | None = None,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
@@ -53,32 +55,27 @@ def build_actor(
     ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
     network arguments are then unused. ``networks`` records which MLP the actor runs (a bundle or
     another seat reads it there; :class:`~marl_ppo.models.modules.Networks`). ``kind`` names a registered model kind
-    (:mod:`~marl_ppo.models.registry`): ``gru``/``lstm`` run the MLP (``hidden``) into a recurrent cell
-    of ``rnn_hidden`` units, and a linear layer maps its output to the heads' parameters.
+    (:mod:`~marl_ppo.models.registry`) and ``options`` are its own: a kind with a trunk (``gru``/``lstm``:
+    the MLP of ``hidden`` into a recurrent cell of ``rnn_hidden`` units) reports its output width, and
+    a linear layer maps it to the heads' parameters. Several vector observation entries are concatenated.
     """
     heads = action_heads(group)
     n_out = sum(h.n_params for h in heads)
     obs_key, trunk, spec = group.observation_keys[0], None, model_kind(kind)
     if spec.trunk is not None:
-        trunk, obs_key = spec.build_trunk(
+        trunk, obs_key, width = spec.build_trunk(
             group,
             role="actor",
-            hidden=hidden,
-            activation=activation,
-            rnn_hidden=rnn_hidden,
-            share_params=share_params,
-            device=device,
-        )
-        net = agent_mlp(
-            group,
-            n_out,
             centralized=False,
             share_params=share_params,
-            hidden=(),
+            hidden=hidden,
             activation=activation,
             device=device,
-            n_inputs=rnn_hidden,
+            options=options,
         )
+        net, hidden = None, ()
+    elif net is None:
+        trunk, obs_key, width = flat_inputs(group, kind=kind)
     if net is None:
         net = agent_mlp(
             group,
@@ -88,6 +85,7 @@ def build_actor(
             hidden=hidden,
             activation=activation,
             device=device,
+            n_inputs=width,
         )
     actor = _actor_on(group, heads, net, obs_key, trunk)
     # a bundle rebuilds the actor around the bare network: only a kind without state allows it

@@ -18,6 +18,7 @@ targets and predictions (:mod:`marl_ppo.core.losses`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
@@ -26,9 +27,10 @@ from torchrl.modules import MultiAgentMLP, PopArtValueNorm, RunningValueNorm, Va
 from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import Networks, TensorOutModule
-from marl_ppo.models.registry import model_kind
+from marl_ppo.models.registry import Trunk, model_kind
 
 __all__ = [
     "build_critic",
@@ -55,7 +57,7 @@ def build_critic(
     value_norm: str = "none",
     popart_beta: float = 0.95,
     kind: str = "mlp",
-    rnn_hidden: int = 128,
+    options: Mapping[str, Any] | None = None,
     networks: Networks | None = None,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
@@ -64,21 +66,22 @@ def build_critic(
     ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP; ``networks``
     records which MLP the critic runs (:class:`~marl_ppo.models.modules.Networks`).
     ``value_norm`` (``none``, ``running``, ``popart``) makes the network learn normalised values.
-    ``kind`` ``gru``/``lstm``: the MLP feeds a recurrent cell, then a linear value layer.
+    ``kind`` names a registered model kind and ``options`` are its own: a kind with a trunk
+    (``gru``/``lstm``: the MLP feeds a recurrent cell) reports its width, and a linear value layer reads it.
     """
     if model_kind(kind).trunk is not None:
-        return _trunk_critic(
+        trunk = model_kind(kind).build_trunk(
             group,
-            kind,
+            role="critic",
             centralized=centralized,
             share_params=share_params,
             hidden=hidden,
             activation=activation,
             device=device,
-            value_norm=value_norm,
-            popart_beta=popart_beta,
-            rnn_hidden=rnn_hidden,
+            options=options,
         )
+        return _critic_on(group, trunk, share_params, activation, device, value_norm, popart_beta)
+    concat, obs_key, width = (None, group.observation_keys[0], None) if net is not None else flat_inputs(group)
     if net is None:
         net = agent_mlp(
             group,
@@ -88,42 +91,27 @@ def build_critic(
             hidden=hidden,
             activation=activation,
             device=device,
+            n_inputs=width,
         )
     if value_norm == "none":
-        critic = TensorOutModule(net, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
-        return critic if networks is None else networks.record(critic, net)
-    norm = make_value_norm(value_norm, popart_beta, device)
-    wrapped = NormalizedValueNet(
-        net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {}
-    )
-    critic = TensorOutModule(wrapped, in_keys=[group.observation_keys[0]], out_keys=[group.keys.value])
+        critic = TensorOutModule(net, in_keys=[obs_key], out_keys=[group.keys.value])
+    else:
+        norm = make_value_norm(value_norm, popart_beta, device)
+        wrapped = NormalizedValueNet(
+            net, {group.name: norm}, {group.name: output_layer(net)} if value_norm == "popart" else {}
+        )
+        critic = TensorOutModule(wrapped, in_keys=[obs_key], out_keys=[group.keys.value])
+    if concat is not None:
+        return TensorDictSequential(concat, critic)
     # a bundle runs the bare network, with the groups' normalisers
     return critic if networks is None else networks.record(critic, net)
 
 
-def _trunk_critic(
-    group: GroupSpec,
-    kind: str,
-    *,
-    centralized: bool,
-    share_params: bool,
-    hidden,
-    activation,
-    device,
-    value_norm: str,
-    popart_beta: float,
-    rnn_hidden: int,
+def _critic_on(
+    group: GroupSpec, trunk: Trunk, share_params: bool, activation: str, device, value_norm: str, popart_beta: float
 ) -> TensorDictModule:
-    trunk, features = model_kind(kind).build_trunk(
-        group,
-        role="critic",
-        hidden=hidden,
-        activation=activation,
-        rnn_hidden=rnn_hidden,
-        share_params=share_params,
-        centralized=centralized,
-        device=device,
-    )
+    """A linear value layer per agent on the ``trunk``'s output (normalised values if asked)."""
+    module, features, width = trunk
     head = agent_mlp(
         group,
         1,
@@ -132,12 +120,12 @@ def _trunk_critic(
         hidden=(),
         activation=activation,
         device=device,
-        n_inputs=rnn_hidden,
+        n_inputs=width,
     )
     if value_norm != "none":
         layers = {group.name: output_layer(head)} if value_norm == "popart" else {}
         head = NormalizedValueNet(head, {group.name: make_value_norm(value_norm, popart_beta, device)}, layers)
-    return TensorDictSequential(trunk, TensorOutModule(head, in_keys=[features], out_keys=[group.keys.value]))
+    return TensorDictSequential(module, TensorOutModule(head, in_keys=[features], out_keys=[group.keys.value]))
 
 
 def build_global_critic(

@@ -25,7 +25,8 @@ class ModelConfig:
     """Policy and critic networks (see ``docs/models.md``).
 
     Attributes:
-        kind: ``mlp``, ``gru`` or ``lstm``. A recurrent policy runs an MLP over each agent's
+        kind: ``mlp``, ``gru``, ``lstm`` or a kind registered with
+            :func:`~marl_ppo.models.registry.register_model_kind`. A recurrent policy runs an MLP over each agent's
             observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
             starts), then the action heads; the PPO update replays ``seq_len``-step chunks from
             the hidden states stored at collection.
@@ -40,8 +41,11 @@ class ModelConfig:
             observations of every group: torchrl's ``CrossGroupCritic``; MAPPO only).
         critic_kind: the critics' kind if it differs from ``kind`` (e.g. a GRU policy with an MLP
             critic); a ``global`` critic is an MLP.
+        options: each model kind's own options, ``{kind: {option: value}}``, over the defaults of its
+            registry line (:mod:`~marl_ppo.models.registry`); ``rnn_hidden`` above is the ``gru``/``lstm``
+            option of that name.
         groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
-            ``share_params`` and ``rnn_hidden``, e.g. ``{adversary: {kind: gru}}``.
+            ``share_params``, ``rnn_hidden`` and ``options``, e.g. ``{adversary: {kind: gru}}``.
     """
 
     kind: str = "mlp"
@@ -52,12 +56,14 @@ class ModelConfig:
     seq_len: int = 10
     critic: str = "group"
     critic_kind: Optional[str] = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden")
+    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden", "options")
 
     def __post_init__(self) -> None:
         _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
+        _check_kind_options("model.options", self.options)
         choice("model.critic", self.critic, ("group", "global"))
         at_least("model.seq_len", self.seq_len, 1)
         if self.critic == "global" and self.critic_kind not in (None, "mlp"):
@@ -84,13 +90,25 @@ class ModelConfig:
                 merged["activation"],
                 merged["rnn_hidden"],
             )
+            _check_kind_options(f"model.groups.{group}.options", merged["options"])
 
     def for_group(self, group: str) -> "ModelConfig":
         """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
         override = dict(self.groups.get(group, {}))
         if "hidden" in override:
             override["hidden"] = list(override["hidden"])
+        if "options" in override:  # per kind, the group's options over the run's
+            given = override["options"]
+            override["options"] = {k: {**self.options.get(k, {}), **given.get(k, {})} for k in {*self.options, *given}}
         return dataclasses.replace(self, groups={}, **override)
+
+    def kind_options(self, kind: str) -> dict[str, Any]:
+        """The options model kind ``kind`` is built with: its registry defaults, ``rnn_hidden`` for a kind
+        that has that option, then ``options[kind]``."""
+        options = dict(MODEL_KINDS[kind].options)
+        if "rnn_hidden" in options:
+            options["rnn_hidden"] = self.rnn_hidden
+        return {**options, **self.options.get(kind, {})}
 
     @property
     def group_critic_kind(self) -> str:
@@ -103,6 +121,41 @@ class ModelConfig:
         kinds = {self.kind, self.group_critic_kind}
         kinds |= {k for g in self.groups for k in (self.for_group(g).kind, self.for_group(g).group_critic_kind)}
         return any(MODEL_KINDS[k].recurrent for k in kinds)
+
+
+def _check_kind_options(where: str, options: Any) -> None:
+    """``{kind: {option: value}}``: registered kinds, each option one of the kind's, of its default's type."""
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise ConfigError(
+            f"{where} must map a model kind to its options, e.g. {{gru: {{rnn_hidden: 64}}}}; got {options!r}"
+        )
+    for kind, given in options.items():
+        choice(f"{where} key", kind, tuple(MODEL_KINDS))
+        defaults = MODEL_KINDS[kind].options
+        for name, value in given.items():
+            if name not in defaults:
+                raise ConfigError(
+                    f"{where}.{kind}: unknown option {name!r}; model kind {kind!r} takes {sorted(defaults)}"
+                )
+            default = defaults[name]
+            if not _same_type(value, default):
+                raise ConfigError(
+                    f"{where}.{kind}.{name} must be of the type of its default {default!r} "
+                    f"({type(default).__name__}), got {value!r}"
+                )
+
+
+def _same_type(value: Any, default: Any) -> bool:
+    """Whether ``value`` may stand for ``default`` (an int for a float, a list for a tuple; any value for ``None``)."""
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
 
 
 def _check_model_options(

@@ -30,8 +30,10 @@ from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer
 from torchrl.modules import GRUModule, LSTMModule
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import ACTIVATIONS, agent_mlp
 from marl_ppo.models.modules import TensorOutModule
+from marl_ppo.models.registry import Trunk
 
 __all__ = ["MultiAgentRNN", "recurrent_trunk", "recurrent_modules", "state_spec", "prime_env", "state_keys"]
 
@@ -130,24 +132,26 @@ class MultiAgentRNN(TensorDictModuleBase):
 
 def recurrent_trunk(
     group: GroupSpec,
+    inputs: Composite,
     *,
     kind: str,
     role: str,
     hidden: Sequence[int],
     activation: str,
-    rnn_hidden: int,
     share_params: bool,
     centralized: bool = False,
     device=None,
-) -> tuple[TensorDictSequential, tuple]:
-    """An MLP over each agent's observation (``hidden``, activated), then the GRU/LSTM.
+    rnn_hidden: int,
+) -> Trunk:
+    """The ``gru``/``lstm`` model kinds: an MLP over each agent's observation (``hidden``, activated),
+    then the GRU/LSTM of ``rnn_hidden`` units.
 
-    Returns the trunk and the key of its output ``[*B, n_agents, rnn_hidden]``; ``role``
-    (``actor``/``critic``) names the state entries. ``centralized`` (MAPPO's critic): the MLP
-    reads all the group's observations.
+    Its output is ``[*B, n_agents, rnn_hidden]``; ``role`` (``actor``/``critic``) names the state
+    entries. ``centralized`` (MAPPO's critic): the MLP reads all the group's observations.
     """
     g = group.name
     features, out = (g, f"{role}_features"), (g, f"{role}_rnn_out")
+    concat, obs_key, width = flat_inputs(group, inputs, kind=kind)
     mlp = agent_mlp(
         group,
         hidden[-1],
@@ -156,10 +160,9 @@ def recurrent_trunk(
         hidden=hidden[:-1],
         activation=activation,
         device=device,
+        n_inputs=width,
     )
-    encoder = TensorOutModule(
-        nn.Sequential(mlp, ACTIVATIONS[activation]()), in_keys=[group.observation_keys[0]], out_keys=[features]
-    )
+    encoder = TensorOutModule(nn.Sequential(mlp, ACTIVATIONS[activation]()), in_keys=[obs_key], out_keys=[features])
     rnn = MultiAgentRNN(
         kind,
         hidden[-1],
@@ -171,7 +174,8 @@ def recurrent_trunk(
         share_params=share_params,
         device=device,
     )
-    return TensorDictSequential(encoder, rnn), out
+    modules = (encoder, rnn) if concat is None else (concat, encoder, rnn)
+    return Trunk(TensorDictSequential(*modules), out, rnn_hidden)
 
 
 def recurrent_modules(module: nn.Module) -> list[MultiAgentRNN]:

@@ -1,54 +1,81 @@
 """The model kinds: one registry line each, read by the builders, the options and the router.
 
-A kind is a *trunk*: what runs on each agent's observation before the actor's heads or the
-critic's value layer. ``mlp`` has none (the agent MLP maps observations to the heads' parameters
-or the value directly); ``gru`` and ``lstm`` are an MLP followed by a recurrent cell
+A kind is a *trunk*: what runs on a group's observations before the actor's heads or the critic's
+value layer. ``mlp`` has none (the agent MLP maps the observations to the heads' parameters or the
+value directly); ``gru`` and ``lstm`` are an MLP followed by a recurrent cell
 (:func:`~marl_ppo.models.recurrent.recurrent_trunk`). Adding a kind is one file with its trunk
-function and one line here:
+function and one :func:`register_model_kind` line (``docs/concepts.md``, "Adding a variant").
 
-* ``trunk`` names a function ``(group, *, role, hidden, activation, rnn_hidden, share_params,
-  centralized, device) -> (module, features_key)``: a tensordict module writing ``features_key``
-  ``[*B, n_agents, rnn_hidden]``, which a linear layer per head (or value) then reads;
+The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_spec)`` shape):
+
+* ``trunk`` is a function (or ``"module:function"``)
+  ``(group, inputs, *, role, centralized, share_params, hidden, activation, device, **options) -> Trunk``.
+  ``inputs`` is a :class:`~torchrl.data.Composite` of the group's observation entries
+  (:attr:`~marl_ppo.groups.specs.GroupSpec.inputs`: full keys such as ``("agents", "observation")``,
+  per-step shapes ``[n_agents, *feature_shape]`` of any rank: vectors, images, sets), ``role`` is
+  ``actor`` or ``critic`` (it names the kind's own entries), ``centralized`` asks a critic for
+  values that see every agent of the group, ``options`` are the kind's own (``model.options.<kind>``,
+  defaults in :attr:`ModelKind.options`);
+* the :class:`Trunk` it returns is a tensordict module writing ``out_key`` ``[*B, n_agents, width]``;
+  one linear layer per head (or the value) reads that ``width``;
 * ``recurrent``: the trunk keeps a hidden state per agent (the update replays ``seq_len``-step
   chunks, the env is primed with the state entries, ``train.compile`` is refused);
 * ``bundleable``: groups built on it can share one loss call (:mod:`~marl_ppo.core.bundles`),
-  which rebuilds the actor around the group's bare agent MLP.
+  which rebuilds the actor around the group's bare agent MLP (only a kind without a trunk).
 
->>> sorted(MODEL_KINDS), MODEL_KINDS["gru"].recurrent, MODEL_KINDS["mlp"].bundleable
-(['gru', 'lstm', 'mlp'], True, True)
+>>> sorted(MODEL_KINDS), MODEL_KINDS["gru"].recurrent, MODEL_KINDS["gru"].options
+(['gru', 'lstm', 'mlp'], True, {'rnn_hidden': 128})
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["ModelKind", "MODEL_KINDS", "model_kind"]
+__all__ = ["ModelKind", "Trunk", "MODEL_KINDS", "model_kind", "register_model_kind"]
+
+
+class Trunk(NamedTuple):
+    """What a model kind builds: a tensordict module writing ``out_key`` ``[*B, n_agents, width]``."""
+
+    module: Any
+    out_key: Any
+    width: int
 
 
 @dataclass(frozen=True)
 class ModelKind:
-    """One model kind (see the module docstring); ``trunk`` is ``"module:function"`` (imported on first
-    use, so that the options can list the kinds without loading torch), ``trunk_kwargs`` its fixed arguments."""
+    """One model kind (see the module docstring). ``trunk`` is a function or ``"module:function"``
+    (imported on first use, so that the options can list the kinds without loading torch), ``options``
+    the kind's own options with their defaults, ``trunk_kwargs`` fixed arguments of its function."""
 
     name: str
-    trunk: str | None
-    recurrent: bool
-    bundleable: bool
-    trunk_kwargs: dict[str, Any] = field(default_factory=dict)
+    trunk: str | Callable[..., Trunk] | None
+    recurrent: bool = False
+    bundleable: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+    trunk_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
-    def build_trunk(self, group, **kwargs):
-        """``(module, features_key)``: this kind's trunk for ``group`` (see the module docstring)."""
-        module, _, name = self.trunk.partition(":")
-        return getattr(importlib.import_module(module), name)(group, **self.trunk_kwargs, **kwargs)
+    def build_trunk(self, group, *, options: Mapping[str, Any] | None = None, **kwargs) -> Trunk:
+        """This kind's :class:`Trunk` for ``group`` on its :attr:`~marl_ppo.groups.specs.GroupSpec.inputs`,
+        with ``options`` over the kind's defaults."""
+        fn = self.trunk
+        if isinstance(fn, str):
+            module, _, name = fn.partition(":")
+            fn = getattr(importlib.import_module(module), name)
+        trunk = fn(group, group.inputs, **self.trunk_kwargs, **kwargs, **{**self.options, **(options or {})})
+        if not isinstance(trunk, Trunk):
+            raise TypeError(f"model kind {self.name!r}: its trunk returned {type(trunk).__name__}, not a Trunk")
+        return trunk
 
 
 _RNN = "marl_ppo.models.recurrent:recurrent_trunk"
 MODEL_KINDS: dict[str, ModelKind] = {
-    "mlp": ModelKind("mlp", trunk=None, recurrent=False, bundleable=True),
-    "gru": ModelKind("gru", trunk=_RNN, recurrent=True, bundleable=False, trunk_kwargs={"kind": "gru"}),
-    "lstm": ModelKind("lstm", trunk=_RNN, recurrent=True, bundleable=False, trunk_kwargs={"kind": "lstm"}),
+    "mlp": ModelKind("mlp", trunk=None, bundleable=True),
+    "gru": ModelKind("gru", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "gru"}),
+    "lstm": ModelKind("lstm", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "lstm"}),
 }
 
 
@@ -58,3 +85,12 @@ def model_kind(name: str) -> ModelKind:
         return MODEL_KINDS[name]
     except KeyError:
         raise ValueError(f"unknown model kind {name!r}; registered kinds: {sorted(MODEL_KINDS)}") from None
+
+
+def register_model_kind(kind: ModelKind) -> ModelKind:
+    """Adds ``kind`` to the table (``model.kind=<kind.name>`` then builds it); returns it. A name already
+    taken by another kind is refused."""
+    if kind.name in MODEL_KINDS and MODEL_KINDS[kind.name] != kind:
+        raise ValueError(f"model kind {kind.name!r} is registered already ({MODEL_KINDS[kind.name]})")
+    MODEL_KINDS[kind.name] = kind
+    return kind

@@ -151,12 +151,12 @@ class SeedLoop(TensorDictModuleBase):
 def seed_policy(stack: SeedStack) -> TensorDictModuleBase:
     """The collection policy of all seeds: each group's actor with its network run by :class:`SeedNet` (the lean
     VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run);
-    a recurrent router's policy seed by seed (:class:`SeedLoop`)."""
-    if stack.template.recurrent_keys:
+    a router with a recurrent or any other trunk (:mod:`~marl_ppo.models.registry`) seed by seed (:class:`SeedLoop`)."""
+    nets = {g: stack.template.losses[g].actor_network.module for g in stack.template.groups}
+    if stack.template.recurrent_keys or any(isinstance(net, TensorDictSequential) for net, _ in nets.values()):
         return SeedLoop(stack)
     actors = []
-    for g in stack.template.groups:
-        net, dist = stack.template.losses[g].actor_network.module
+    for g, (net, dist) in nets.items():
         seeded = TensorDictModule(
             SeedNet(net.module, stack.stacked_of(net.module), stack.seeds), in_keys=net.in_keys, out_keys=net.out_keys
         )
