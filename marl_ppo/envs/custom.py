@@ -184,7 +184,7 @@ def make_custom(
             "For a PettingZoo env, use env.kind=pettingzoo with env.scenario set to its module's import path."
         )
     try:
-        _check_flat_observations(read_group_specs(env))
+        read_group_specs(env)  # groups, observations and actions readable: the model kinds check the shapes
     except GroupSpecError as err:
         raise GroupSpecError(f"env factory {name}: {err}") from None
     if "seed" not in args:
@@ -193,18 +193,6 @@ def make_custom(
         except NotImplementedError:  # an env without _set_seed: seeded by the global torch seed
             pass
     return env
-
-
-def _check_flat_observations(groups: dict) -> None:
-    """The model kinds read vectors per agent (``[*B, n_agents, obs_dim]``, several entries concatenated)."""
-    for g, spec in groups.items():
-        shape = list(spec.observation_shape or ())
-        if len(shape) != 2:
-            what = "an image" if len(shape) >= 4 else "not a flat vector"
-            raise GroupSpecError(
-                f"group {g!r}: observation {spec.observation_keys[0]} has per-step shape {shape}, {what}; "
-                "expected [n_agents, obs_dim] (marl_ppo has no image encoder yet: flatten it or encode it in the env)"
-            )
 
 
 def absolute_factory(spec: str) -> str:

@@ -33,8 +33,8 @@ class FlatObservation(Transform):
     (Knights-Archers-Zombies: ``float64`` ``[27, 5]``) or a local grid (pursuit: ``[7, 7, 3]``).
     The policies read one flat float observation per agent, so this writes ``(group, "observation")``
     flattened; a discrete observation (``rps_v2``) becomes a one-hot vector. Images (``uint8`` with
-    height, width and channels) are refused by :meth:`for_env`: an MLP on raw pixels is not what
-    anyone wants, and marl_ppo has no image encoder yet.
+    height, width and channels) are refused by :meth:`for_env`: PettingZoo's are full frames
+    (Knights-Archers-Zombies: 512 x 512), and an env-side resize for the ``cnn`` model kind is not there yet.
 
     Args:
         groups: ``{group: n_categories}``, ``n_categories`` for a discrete observation, else ``None``.
@@ -116,9 +116,9 @@ def _refuse_images(group: str, leaf: TensorSpec, group_shape: torch.Size) -> Non
     if leaf.dtype == torch.uint8 and len(per_agent) == 3:
         raise GroupSpecError(
             f"group {group!r}: observation ({group!r}, 'observation') is an image of shape {list(per_agent)} "
-            f"(uint8); marl_ppo's policies are MLPs on flat vectors and it has no image encoder yet. Use the "
-            "env's vector observation if it has one (Knights-Archers-Zombies: obs_method='vector'), or "
-            "bring your own env whose observation is a float vector per agent."
+            f"(uint8); PettingZoo's image observations are not passed to the cnn model kind yet (they need "
+            "an env-side resize). Use the env's vector observation if it has one (Knights-Archers-Zombies: "
+            "obs_method='vector'), or bring your own env (env.kind=custom) with images small enough for model.kind=cnn."
         )
 
 

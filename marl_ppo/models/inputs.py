@@ -23,7 +23,7 @@ from torch import nn
 
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.modules import TensorOutModule
-from marl_ppo.models.registry import MODEL_KINDS, Trunk
+from marl_ppo.models.registry import Trunk
 
 __all__ = ["flat_inputs", "Concat"]
 
@@ -46,11 +46,12 @@ def flat_inputs(group: GroupSpec, inputs=None, *, kind: str = "mlp") -> Trunk:
     for key in group.observation_keys:
         shape = list(inputs[key].shape[1:])
         if len(shape) != 1:
-            others = sorted(k for k in MODEL_KINDS if k not in ("mlp", "gru", "lstm"))
+            reader = {3: "model.kind=cnn (an image)", 2: "model.kind=deepsets (a set of entities)"}.get(len(shape))
             raise ValueError(
                 f"group {group.name!r}: model kind {kind!r} reads one flat vector per agent, but observation "
-                f"{key} has per-agent shape {shape}; flatten it in the env"
-                + (f", or use a model kind that reads it ({others})" if others else "")
+                f"{key} has per-agent shape {shape}; "
+                + (f"use {reader}, or " if reader else "")
+                + "flatten it in the env"
             )
         widths.append(shape[0])
     if len(widths) == 1:

@@ -3,7 +3,9 @@
 A kind is a *trunk*: what runs on a group's observations before the actor's heads or the critic's
 value layer. ``mlp`` has none (the agent MLP maps the observations to the heads' parameters or the
 value directly); ``gru`` and ``lstm`` are an MLP followed by a recurrent cell
-(:func:`~marl_ppo.models.recurrent.recurrent_trunk`). Adding a kind is one file with its trunk
+(:func:`~marl_ppo.models.recurrent.recurrent_trunk`), ``cnn`` a conv encoder of an image per agent
+(:mod:`~marl_ppo.models.cnn`), ``deepsets`` permutation-invariant encoders of sets of entities and of
+the agents (:mod:`~marl_ppo.models.deepsets`). Adding a kind is one file with its trunk
 function and one :func:`register_model_kind` line (``docs/concepts.md``, "Adding a variant").
 
 The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_spec)`` shape):
@@ -23,8 +25,8 @@ The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_
 * ``bundleable``: groups built on it can share one loss call (:mod:`~marl_ppo.core.bundles`),
   which rebuilds the actor around the group's bare agent MLP (only a kind without a trunk).
 
->>> sorted(MODEL_KINDS), MODEL_KINDS["gru"].recurrent, MODEL_KINDS["gru"].options
-(['gru', 'lstm', 'mlp'], True, {'rnn_hidden': 128})
+>>> [k for k in MODEL_KINDS][:5], MODEL_KINDS["gru"].recurrent, MODEL_KINDS["gru"].options
+(['mlp', 'gru', 'lstm', 'cnn', 'deepsets'], True, {'rnn_hidden': 128})
 """
 
 from __future__ import annotations
@@ -72,10 +74,13 @@ class ModelKind:
 
 
 _RNN = "marl_ppo.models.recurrent:recurrent_trunk"
+_CNN = {"channels": [32, 32], "kernels": [3, 3], "strides": [1, 1], "paddings": [0, 0], "channel_order": "auto"}
 MODEL_KINDS: dict[str, ModelKind] = {
     "mlp": ModelKind("mlp", trunk=None, bundleable=True),
     "gru": ModelKind("gru", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "gru"}),
     "lstm": ModelKind("lstm", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "lstm"}),
+    "cnn": ModelKind("cnn", "marl_ppo.models.cnn:cnn_trunk", options=_CNN),
+    "deepsets": ModelKind("deepsets", "marl_ppo.models.deepsets:deepsets_trunk", options={"phi": [64], "pool": "mean"}),
 }
 
 

@@ -155,3 +155,29 @@ def image_observations() -> EnvBase:
     spec["scout", "observation"] = Unbounded((2, 1, 3, 8, 8))
     env.observation_spec = spec
     return env
+
+
+class ImageDepot(DepotEnv):
+    """The depot game with the scout seeing a picture: ``uint8`` ``[8, 8, 3]`` (height, width, channels),
+    noise everywhere and a bright 4 x 4 patch, in a random corner, in the channel of crew_0's parcel."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        B, spec = self.batch_size[0], self.observation_spec.clone()
+        spec["scout", "observation"] = Bounded(0, 255, shape=(B, 1, 8, 8, 3), dtype=torch.uint8)
+        self.observation_spec = spec
+
+    def _observe(self) -> dict[str, TensorDict]:
+        out = super()._observe()
+        B = self.batch_size[0]
+        image = torch.randint(0, 60, (B, 8, 8, 3), generator=self._rng, dtype=torch.uint8)
+        corner = torch.randint(0, 2, (B, 2), generator=self._rng) * 4
+        for b in range(B):
+            r, c = corner[b].tolist()
+            image[b, r : r + 4, c : c + 4, self._parcel[b, 0]] = 220
+        out["scout"].set("observation", image.unsqueeze(1))
+        return out
+
+
+def make_image_depot(num_envs: int, seed: int, device: str, max_steps: int) -> ImageDepot:
+    return ImageDepot(num_envs=num_envs, max_steps=max_steps, seed=seed, device=device)

@@ -162,8 +162,11 @@ BROKEN = "raise RuntimeError('this module is broken')\n"
         ("custom_envs:unreadable_specs", GroupSpecError, ["group 'ghost' has no observation entry", "'crew'"]),
         (
             "custom_envs:image_observations",
-            GroupSpecError,
-            ["group 'scout': observation ('scout', 'observation') has per-step shape [1, 3, 8, 8], an image"],
+            ValueError,
+            [
+                "group 'scout': model kind 'mlp' reads one flat vector per agent, but observation "
+                "('scout', 'observation') has per-agent shape [3, 8, 8]; use model.kind=cnn (an image)"
+            ],
         ),
         (None, ConfigError, ["env.kind=custom needs env.factory"]),
     ],

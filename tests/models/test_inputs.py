@@ -65,7 +65,7 @@ def test_an_entry_that_is_not_a_vector_is_refused_with_its_key_and_shape():
     with pytest.raises(
         ValueError,
         match=r"group 'g': model kind 'mlp' reads one flat vector per agent, but "
-        r"observation \('g', 'parcel'\) has per-agent shape \[3, 4, 4\]",
+        r"observation \('g', 'parcel'\) has per-agent shape \[3, 4, 4\]; use model.kind=cnn",
     ):
         build_actor(group)
 
