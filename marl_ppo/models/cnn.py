@@ -34,6 +34,7 @@ from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, agent_mlp
 from marl_ppo.models.modules import TensorOutModule
 from marl_ppo.models.registry import MODEL_KINDS, Trunk
+from marl_ppo.options import ConfigError
 
 __all__ = ["CNN_OPTIONS", "AgentConvNet", "ImageEncoder", "cnn_trunk", "channels_last"]
 
@@ -96,15 +97,15 @@ class ImageEncoder(nn.Module):
 
 
 def channels_last(group: str, key, shape: Sequence[int], order: str) -> bool:
-    """Whether a per-agent image of ``shape`` (three sides) is ``[H, W, C]``; a ValueError when ``auto`` cannot tell."""
+    """Whether a per-agent image of ``shape`` (three sides) is ``[H, W, C]``; a ConfigError when ``auto`` cannot tell."""
     if order in ("chw", "hwc"):
         return order == "hwc"
     if order != "auto":
-        raise ValueError(f"model.options.cnn.channel_order must be auto, chw or hwc, got {order!r}")
+        raise ConfigError(f"model.options.cnn.channel_order must be auto, chw or hwc, got {order!r}")
     first, last = shape[0] <= 4, shape[-1] <= 4
     if first != last:
         return last
-    raise ValueError(
+    raise ConfigError(
         f"group {group!r}: cannot tell the channels of image {key} of shape {list(shape)}; "
         "set model.options.cnn.channel_order=chw or hwc"
     )
@@ -131,7 +132,7 @@ def cnn_trunk(
     images = [k for k, s in shapes.items() if len(s) == 3]
     vectors = [k for k, s in shapes.items() if len(s) == 1]
     if len(images) != 1 or len(images) + len(vectors) != len(shapes):
-        raise ValueError(
+        raise ConfigError(
             f"group {group.name!r}: model kind 'cnn' reads one image per agent ([C, H, W] or [H, W, C]) and "
             f"any vectors; the group's observation entries have per-agent shapes "
             f"{ {'/'.join(k[1:]): list(s) for k, s in shapes.items()} } (a vector observation: model.kind=mlp)"
@@ -139,7 +140,7 @@ def cnn_trunk(
     layers = {"kernels": kernels, "strides": strides, "paddings": paddings}
     for name, values in layers.items():
         if len(values) != len(channels):
-            raise ValueError(
+            raise ConfigError(
                 f"model.options.cnn.{name} has {len(values)} entries; one per conv layer "
                 f"(model.options.cnn.channels has {len(channels)})"
             )

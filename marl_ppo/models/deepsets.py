@@ -39,6 +39,7 @@ from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.mlp import ACTIVATIONS, agent_mlp
 from marl_ppo.models.modules import TensorOutModule
 from marl_ppo.models.registry import Trunk
+from marl_ppo.options import ConfigError
 
 __all__ = ["SetEncoder", "deepsets_trunk"]
 
@@ -92,14 +93,14 @@ def deepsets_trunk(
 ) -> Trunk:
     """The ``deepsets`` kind's trunk (see the module docstring): set entries ``[N, F]`` and vectors per agent."""
     if pool not in POOLS:
-        raise ValueError(f"model.options.deepsets.pool must be one of {list(POOLS)}, got {pool!r}")
+        raise ConfigError(f"model.options.deepsets.pool must be one of {list(POOLS)}, got {pool!r}")
     if not phi or any(not isinstance(w, int) or w < 1 for w in phi):
-        raise ValueError(f"model.options.deepsets.phi must list one or more layer widths >= 1, got {phi}")
+        raise ConfigError(f"model.options.deepsets.phi must list one or more layer widths >= 1, got {phi}")
     shapes = {key: tuple(inputs[key].shape[1:]) for key in group.observation_keys}
     sets = [k for k, s in shapes.items() if len(s) == 2]
     vectors = [k for k, s in shapes.items() if len(s) == 1]
     if len(sets) + len(vectors) != len(shapes):
-        raise ValueError(
+        raise ConfigError(
             f"group {group.name!r}: model kind 'deepsets' reads sets [N, F] and vectors per agent; the group's "
             f"observation entries have per-agent shapes { {'/'.join(k[1:]): list(s) for k, s in shapes.items()} }"
         )

@@ -24,6 +24,7 @@ from torch import nn
 from marl_ppo.groups.specs import GroupSpec
 from marl_ppo.models.modules import TensorOutModule
 from marl_ppo.models.registry import Trunk
+from marl_ppo.options import ConfigError
 
 __all__ = ["flat_inputs", "Concat"]
 
@@ -39,7 +40,7 @@ def flat_inputs(group: GroupSpec, inputs=None, *, kind: str = "mlp") -> Trunk:
     """``(module or None, key, width)``: where the group's flat per-agent vector of ``width`` features is.
 
     ``module`` is ``None`` when the group has one vector entry (read at its own key), else the
-    concatenation of its entries. A ValueError names an entry that is not a vector per agent.
+    concatenation of its entries. A ConfigError names an entry that is not a vector per agent.
     """
     inputs = group.inputs if inputs is None else inputs
     widths = []
@@ -47,7 +48,7 @@ def flat_inputs(group: GroupSpec, inputs=None, *, kind: str = "mlp") -> Trunk:
         shape = list(inputs[key].shape[1:])
         if len(shape) != 1:
             reader = {3: "model.kind=cnn (an image)", 2: "model.kind=deepsets (a set of entities)"}.get(len(shape))
-            raise ValueError(
+            raise ConfigError(
                 f"group {group.name!r}: model kind {kind!r} reads one flat vector per agent, but observation "
                 f"{key} has per-agent shape {shape}; "
                 + (f"use {reader}, or " if reader else "")
