@@ -177,7 +177,7 @@ class GroupBundle:
         # like a group's own loss (loss_mask_key), the bundle masks only when the mask is there
         self._mask = None if keys.mask is None else _unravel(keys.mask[1:])
 
-    def __call__(self, td: TensorDictBase) -> dict[str, TensorDictBase]:
+    def __call__(self, td: TensorDictBase, entropy_scale: torch.Tensor | None = None) -> dict[str, TensorDictBase]:
         k, dim = len(self.groups), td.batch_dims
         read = self._read
         if self._mask is not None and all(self._mask in td.get(g).keys(include_nested=True) for g in self.groups):
@@ -191,7 +191,7 @@ class GroupBundle:
                 bundled.set("shifted_valid", mask)
         loss = self.loss
         try:
-            out = loss(bundled)
+            out = loss(bundled, entropy_scale=entropy_scale)
         finally:
             record = loss.record.take()  # this call's per-element tensors (see core.losses.LossRecord)
         new_lp = record.log_prob

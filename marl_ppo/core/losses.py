@@ -108,13 +108,17 @@ class _PerHeadLoss:
 
     Everything beyond torchrl's own arguments is given here, at construction:
 
-    * ``head_coeffs``: each head's entropy coefficient, in the order of ``entropy_heads`` (buffers
-      ``head_entropy_coeffs`` and ``base_head_entropy_coeffs``, in the state_dict);
+    * ``head_coeffs``: each head's entropy coefficient, in the order of ``entropy_heads`` (buffer
+      ``head_entropy_coeffs``, in the state_dict: the configured values, never changed by a schedule);
     * ``entropy_heads``: a composite action's ``*_entropy`` keys -> their index in ``head_coeffs``;
     * ``value_norm``: the critic's normaliser (value normalisation; held, not registered: it is the
       critic's);
     * ``mask_key``: torchrl's ``loss_mask_key`` (padding entries, e.g. agents that left);
     * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`).
+
+    A call may scale every entropy coefficient: ``loss(td, entropy_scale=s)`` (the training state's
+    schedule value, a 0-dim tensor so that a compiled loss does not recompile as it changes); without
+    it the coefficients are as configured.
     """
 
     def __init__(
@@ -131,7 +135,7 @@ class _PerHeadLoss:
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
         self.register_buffer("head_entropy_coeffs", torch.tensor(list(head_coeffs), dtype=torch.float32))
-        self.register_buffer("base_head_entropy_coeffs", self.head_entropy_coeffs.clone())
+        self._entropy_scale: torch.Tensor | None = None  # this call's, see forward
         self._entropy_trained = any(c != 0.0 for c in head_coeffs)  # else the entropy is only logged
         self._entropy_heads = dict(entropy_heads or {})
         if not self._entropy_heads:
@@ -139,6 +143,14 @@ class _PerHeadLoss:
         object.__setattr__(self, "_value_norm", value_norm)  # the critic's, not a second registration
         self.loss_mask_key = mask_key
         self.record = LossRecord(per_element)
+
+    def forward(self, tensordict, entropy_scale: torch.Tensor | None = None):
+        """torchrl's loss on ``tensordict``, every entropy coefficient times ``entropy_scale`` (if given)."""
+        self._entropy_scale = entropy_scale  # read by _weighted_loss_entropy within this call only
+        try:
+            return super().forward(tensordict)
+        finally:
+            self._entropy_scale = None
 
     def _get_entropy(self, dist, adv_shape):
         with contextlib.nullcontext() if self._entropy_trained else torch.no_grad():
@@ -183,11 +195,13 @@ class _PerHeadLoss:
         return out.unsqueeze(-1) if out.ndim == 0 else out  # torchrl squeezes it back (also under vmap)
 
     def _weighted_loss_entropy(self, entropy):
+        scale = self._entropy_scale
         if not is_tensor_collection(entropy):
-            return -self.entropy_coeff * entropy
+            return -(self.entropy_coeff if scale is None else self.entropy_coeff * scale) * entropy
+        coeffs = self.head_entropy_coeffs if scale is None else self.head_entropy_coeffs * scale
         total = None
         for key, head_entropy in entropy.items(include_nested=True, leaves_only=True):
-            term = -self.head_entropy_coeffs[self._entropy_heads[key]] * head_entropy
+            term = -coeffs[self._entropy_heads[key]] * head_entropy
             total = term if total is None else total + term
         return total
 

@@ -47,7 +47,7 @@ from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_no
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
-__all__ = ["GroupRouter", "LEGACY_STATE_PREFIXES"]
+__all__ = ["GroupRouter", "is_legacy_key"]
 
 
 # The losses' buffers that their arguments set (not training); see GroupRouter.hyperparameters.
@@ -57,7 +57,6 @@ HYPERPARAMETER_BUFFERS = frozenset(
         "critic_coeff",
         "entropy_coeff",
         "head_entropy_coeffs",
-        "base_head_entropy_coeffs",
         "gamma",
         "lmbda",
     }
@@ -79,7 +78,7 @@ class GroupRouter(nn.Module):
         entropy_coeff: entropy bonus weight of every head of every group.
         head_entropy_coeff: per-head weights by short head name (``{"move": 0.0, "comm": 0.01}``,
             for every group with that head) or ``"group:head"`` for one group; unnamed heads
-            keep ``entropy_coeff``. Schedule them with :meth:`set_entropy_scale`.
+            keep ``entropy_coeff``. A schedule scales them per call: ``router(td, entropy_scale)``.
         clip_epsilon, critic_coeff, loss_critic_type, normalize_advantage, clip_value:
             forwarded to every group's loss.
         gamma, lmbda: ``MultiAgentGAE`` parameters.
@@ -233,9 +232,13 @@ class GroupRouter(nn.Module):
             bundle.loss._apply(fn)  # LossModule._apply takes no recurse flag
         return self
 
-    def head_entropy_coeffs(self) -> dict[str, list[float]]:
-        """Each group's per-head entropy coefficients as they stand (in the order of :attr:`heads`)."""
-        return {g: loss.head_entropy_coeffs.tolist() for g, loss in self.losses.items()}
+    def head_entropy_coeffs(self, scale: float | None = None) -> dict[str, list[float]]:
+        """Each group's per-head entropy coefficients (in the order of :attr:`heads`), as configured or
+        times a schedule's ``scale`` (in the losses' float32, as the update computes them)."""
+        return {
+            g: (loss.head_entropy_coeffs if scale is None else loss.head_entropy_coeffs * scale).tolist()
+            for g, loss in self.losses.items()
+        }
 
     def hyperparameters(self) -> dict[str, torch.Tensor]:
         """The state_dict entries the losses' arguments set, not training (clip, coefficients, gamma,
@@ -247,12 +250,6 @@ class GroupRouter(nn.Module):
         own = self.state_dict()
         for key, value in values.items():
             own[key].copy_(value)
-
-    def set_entropy_scale(self, scale: float) -> None:
-        """Scales every head's entropy coefficient by ``scale`` (1 = as configured): the schedule hook."""
-        for loss in [*self.losses.values(), *(b.loss for b in self._bundles)]:
-            loss.head_entropy_coeffs.copy_(loss.base_head_entropy_coeffs * scale)
-            loss.entropy_coeff.copy_(loss.base_head_entropy_coeffs[0] * scale)
 
     @classmethod
     def from_specs(
@@ -303,8 +300,11 @@ class GroupRouter(nn.Module):
 
     # -- losses -------------------------------------------------------------------------
 
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        """``{group: loss_td}``: each group's ``loss_*`` terms and scalar, detached diagnostics."""
+    def forward(self, td: TensorDictBase, entropy_scale: torch.Tensor | None = None) -> TensorDictBase:
+        """``{group: loss_td}``: each group's ``loss_*`` terms and scalar, detached diagnostics.
+
+        ``entropy_scale`` (a 0-dim tensor; the training state's schedule value) scales every head's
+        entropy coefficient in this call; ``None``: as configured."""
         out = {}
         for g, loss in self.losses.items():
             keys = self.groups[g].keys
@@ -323,7 +323,7 @@ class GroupRouter(nn.Module):
                 # padding (agents that left the episode) stays out of the statistics
                 sub = sub.copy() if sub is td else sub
                 sub.set("shifted_valid", td.get(keys.mask))
-            loss_td = loss(sub)
+            loss_td = loss(sub, entropy_scale=entropy_scale)
             record, reduce = loss.record.take(), torch.mean
             mask = td.get(keys.mask, None) if record.per_element else None
             if mask is not None:  # torchrl's diagnostics count the padding too
@@ -339,7 +339,7 @@ class GroupRouter(nn.Module):
                     loss_td.set(name, value)
             out[g] = _scalar_diagnostics(loss_td)
         for bundle in self._bundles:
-            out.update(bundle(td))
+            out.update(bundle(td, entropy_scale))
         return TensorDict({g: out[g] for g in self.groups}, batch_size=[])
 
 
@@ -417,10 +417,19 @@ def _head_coefficients(
 
 
 # Checkpoints written before the one GAE path held a second estimator for recurrent and global
-# critics (``_estimators.<group>.gamma/lmbda``, the same values as the loss's): dropped on load.
+# critics (``_estimators.<group>.gamma/lmbda``, the same values as the loss's), and before the
+# entropy schedule became the training state's value each loss's configured coefficients twice
+# (``base_head_entropy_coeffs``; the coefficients are taken from the config on resume anyway):
+# dropped on load.
 LEGACY_STATE_PREFIXES = ("_estimators.",)
+LEGACY_STATE_SUFFIXES = (".base_head_entropy_coeffs",)
+
+
+def is_legacy_key(key: str, prefix: str = "") -> bool:
+    """Whether a router state-dict entry is one older checkpoints hold and today's router does not."""
+    return key.startswith(tuple(prefix + p for p in LEGACY_STATE_PREFIXES)) or key.endswith(LEGACY_STATE_SUFFIXES)
 
 
 def _drop_legacy_keys(state_dict, prefix, *args) -> None:
-    for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in LEGACY_STATE_PREFIXES))]:
+    for key in [k for k in state_dict if k.startswith(prefix) and is_legacy_key(k, prefix)]:
         del state_dict[key]

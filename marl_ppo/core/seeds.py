@@ -22,6 +22,7 @@ parameters and keeps each seed's losses its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
@@ -125,18 +126,19 @@ class SeedStack:
                 out.append(router.compute_advantages(batch[s].clone(False)))
         return torch.stack(out)
 
-    def _losses(self, params: TensorDictBase, td: TensorDictBase) -> TensorDictBase:
+    def _losses(self, params: TensorDictBase, td: TensorDictBase, entropy_scale=None) -> TensorDictBase:
         with params.to_module(self.template):
-            return self.template(td)
+            return self.template(td, entropy_scale)
 
-    def __call__(self, minibatch: TensorDictBase) -> TensorDictBase:
+    def __call__(self, minibatch: TensorDictBase, entropy_scale: torch.Tensor | None = None) -> TensorDictBase:
         """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each (one
-        seed: the router's on ``minibatch`` ``[M, ...]``)."""
+        seed: the router's on ``minibatch`` ``[M, ...]``). ``entropy_scale``: the seeds' one schedule value."""
         if self.seeds == 1:  # no vmap to pay for (its overhead is a third of a small update)
-            return self.template(minibatch)
+            return self.template(minibatch, entropy_scale)
         if self.looped:  # one loss call per seed, on its slices of the stack (gradients reach the stack)
-            return torch.stack([self._losses(self.params[s], minibatch[s]) for s in range(self.seeds)])
-        return torch.vmap(self._losses, (0, 0), randomness="error")(self.params, minibatch)
+            return torch.stack([self._losses(self.params[s], minibatch[s], entropy_scale) for s in range(self.seeds)])
+        losses = functools.partial(self._losses, entropy_scale=entropy_scale)
+        return torch.vmap(losses, (0, 0), randomness="error")(self.params, minibatch)
 
     def state_dict(self, s: int) -> dict[str, torch.Tensor]:
         """Seed ``s``'s router state dict, as its single run would save it (one seed: the router's own)."""

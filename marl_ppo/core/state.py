@@ -5,10 +5,11 @@ its :meth:`~TrainState.state_dict` (plus the run's own records: RNG states, the 
 
 * the parameters and buffers of every seed (:attr:`TrainState.stack`, a
   :class:`~marl_ppo.core.seeds.SeedStack`: one router's own tensors, or S stacked): the networks,
-  each group's value-normalisation statistics, each head's entropy coefficient and its configured
-  base;
+  each group's value-normalisation statistics, each head's configured entropy coefficient;
 * the optimizer's state (inside the :class:`~marl_ppo.core.aggregate.AggregatedStep`, one for all
   seeds) and the learning-rate schedule's (one: the seeds share their config);
+* the entropy schedule: :attr:`TrainState.entropy_scale` is its value at the current iteration, which
+  the update passes to the losses (``ppo_update(..., entropy_scale=)``); nothing sets it on the losses;
 * ``generators``: each seed's ``torch.Generator`` the update draws its minibatch order from
   (``None``: the global torch RNG);
 * the counters (iteration, frames per seed) and each seed's last collected returns per group;
@@ -33,7 +34,7 @@ torch.Size([1, 2])
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +51,8 @@ class TrainState:
     """The seeds' parameters, their optimizer step and schedule, the update's generators and the counters.
 
     ``model``: a router (one seed) or a :class:`~marl_ppo.core.seeds.SeedStack`. ``generator``: the
-    update's generator, or one per seed. ``names``: with S > 1 seeds, the router's trainable
+    update's generator, or one per seed. ``entropy_schedule``: iteration -> the scale of every entropy
+    coefficient (``None``: as configured, always). ``names``: with S > 1 seeds, the router's trainable
     parameter names in a single run's optimizer order (what a seed's checkpoint lists its Adam
     state by).
     """
@@ -64,6 +66,7 @@ class TrainState:
         *,
         pools: dict[str, Any] | None = None,
         names: Sequence[str] = (),
+        entropy_schedule: Callable[[int], float] | None = None,
     ) -> None:
         self.stack = model if isinstance(model, SeedStack) else SeedStack([model])
         self.step, self.scheduler = step, scheduler
@@ -75,6 +78,12 @@ class TrainState:
         self.returns: list[dict[str, float]] = [{} for _ in generators]  # each seed's last collected returns
         self.pools = dict(pools or {})  # snapshot pools by seat (opponents: pool)
         self.names = list(names)
+        self.entropy_schedule = entropy_schedule
+
+    @property
+    def entropy_scale(self) -> float | None:
+        """The scale of every entropy coefficient for the update of the current iteration (``None``: 1)."""
+        return None if self.entropy_schedule is None else self.entropy_schedule(self.iteration)
 
     @property
     def seeds(self) -> int:

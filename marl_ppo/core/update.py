@@ -74,6 +74,7 @@ def ppo_update(
     should_stop: Callable[[], bool] | None = None,
     seq_len: int | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    entropy_scale: float | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
@@ -93,6 +94,9 @@ def ppo_update(
     ``generator`` draws the minibatch order (the training state's own, see
     :class:`~marl_ppo.core.state.TrainState`; one per seed for S seeds, each drawing its seed's order
     on its own device as that seed's single run would); ``None`` draws it from the global torch RNG.
+
+    ``entropy_scale`` scales every head's entropy coefficient in this update (the training state's
+    schedule value, :attr:`~marl_ppo.core.state.TrainState.entropy_scale`); ``None``: as configured.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
     seeds, router = stack.seeds, stack.template
@@ -120,6 +124,8 @@ def ppo_update(
     if check_each_step is None:
         check_each_step = all(p.device.type == "cpu" for p in step.params)
     rows = torch.arange(seeds, device=flat.device).unsqueeze(1)
+    # a tensor, not a float: a compiled loss would recompile for every new value
+    scale = None if entropy_scale is None else torch.tensor(entropy_scale, dtype=torch.float32, device=flat.device)
     total, count = None, 0
     for _ in range(num_epochs):
         perms = torch.stack([_order(n, g, flat.device) for g in generators])  # [S, n]
@@ -127,7 +133,7 @@ def ppo_update(
         for i in range(n_minibatches):
             index = perms[:, i * minibatch_size : (i + 1) * minibatch_size]
             with mode():
-                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index])
+                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index], scale)
             stats = step(losses)
             if seeds > 1 and not bool(step.alive.any()):
                 raise TrainingError("; ".join(step.failures.values()))

@@ -97,7 +97,8 @@ class ImageEncoder(nn.Module):
 
 
 def channels_last(group: str, key, shape: Sequence[int], order: str) -> bool:
-    """Whether a per-agent image of ``shape`` (three sides) is ``[H, W, C]``; a ConfigError when ``auto`` cannot tell."""
+    """Whether a per-agent image of ``shape`` (three sides) is ``[H, W, C]``; a ConfigError when ``auto``
+    cannot tell."""
     if order in ("chw", "hwc"):
         return order == "hwc"
     if order != "auto":

@@ -185,7 +185,23 @@ def train_state(cfg: Config, parts: Parts) -> TrainState:
     # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
     # nothing from the global RNG, and a checkpoint carries this stream's state
     generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
-    return TrainState(parts.router, parts.step, scheduler, generator=generator, pools=parts.pools)
+    return TrainState(
+        parts.router,
+        parts.step,
+        scheduler,
+        generator=generator,
+        pools=parts.pools,
+        entropy_schedule=entropy_schedule(cfg),
+    )
+
+
+def entropy_schedule(cfg: Config) -> Callable[[int], float] | None:
+    """``loss.entropy_schedule``: ``None`` (constant: the coefficients as configured), or iteration -> the scale
+    of every entropy coefficient, linear from 1 to ``loss.entropy_final_scale`` over ``train.iterations``."""
+    if cfg.loss.entropy_schedule != "linear":
+        return None
+    final, iterations = cfg.loss.entropy_final_scale, cfg.train.iterations
+    return lambda it: 1.0 - (1.0 - final) * min(it / iterations, 1.0)
 
 
 def lr_schedule(cfg: Config, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:

@@ -75,6 +75,7 @@ def iteration_metrics(
     t_update: float,
     iteration: int,
     groups: Mapping[str, GroupSpec] | None = None,
+    entropy_scale: float | None = None,
 ) -> dict[str, float]:
     """One iteration's metrics: the update's ``stats``, the collected ``returns`` and training
     rewards, each head's entropy coefficient, the timings, and for a constant-sum game over the env's
@@ -87,7 +88,7 @@ def iteration_metrics(
         metrics[f"collect/{g}/episode_reward"] = r
     for g, spec in router.groups.items():
         metrics[f"collect/{g}/train_reward"] = batch.get(("next", *spec.keys.reward)).mean().item()
-    for g, coeffs in router.head_entropy_coeffs().items():
+    for g, coeffs in router.head_entropy_coeffs(entropy_scale).items():  # as the update used them
         for head, coeff in zip(router.heads[g], coeffs):
             metrics[f"train/{g}/{head.label}/entropy_coeff"] = coeff
     metrics["time/collect_s"] = t_collect

@@ -27,7 +27,7 @@ from marl_ppo.run.resume import resume_point, write_resume_log
 from marl_ppo.run.signals import RunInterrupted
 from marl_ppo.run.video import FrameRecorder
 
-__all__ = ["SeedRecord", "schedule_entropy", "CHECKPOINT_FORMAT"]
+__all__ = ["SeedRecord", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
 
@@ -64,7 +64,6 @@ class SeedRecord:
         self.resume = resume_point(run_dir, cfg, state) if resume else None
         if self.resume is not None and self.resume.rng is not None:
             self.saved_iteration = state.iteration
-            schedule_entropy(cfg, state.router, state.iteration)  # this iteration's, from the config in force
         run_dir.mkdir(parents=True, exist_ok=True)
         if self.resume is None or not self.resume.finished:  # a finished run resumed keeps its record
             (run_dir / "config.yaml").write_text(self.config_yaml)
@@ -156,10 +155,3 @@ class SeedRecord:
         """Closes the loggers and the evaluation env (the collector closes the training env)."""
         self.logger.close()
         self.evaluator.close()
-
-
-def schedule_entropy(cfg: Config, router, iteration: int) -> None:
-    """``loss.entropy_schedule=linear``: every head's entropy coefficient at ``iteration``."""
-    if cfg.loss.entropy_schedule == "linear":
-        progress = min(iteration / cfg.train.iterations, 1.0)
-        router.set_entropy_scale(1.0 - (1.0 - cfg.loss.entropy_final_scale) * progress)

@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from marl_ppo.config import Config, ConfigError, from_yaml, to_container
-from marl_ppo.core.router import LEGACY_STATE_PREFIXES
+from marl_ppo.core.router import is_legacy_key
 from marl_ppo.core.state import TrainState
 from marl_ppo.run.checkpoints import choose_checkpoint, set_rng_state
 
@@ -63,7 +63,7 @@ class ResumePoint:
 def network_mismatch(router: nn.Module, state: dict[str, Any]) -> str | None:
     """Why a checkpoint's networks do not fit ``router``'s, or ``None``."""
     own = router.state_dict()
-    theirs = {k: v for k, v in state["router"].items() if not k.startswith(LEGACY_STATE_PREFIXES)}
+    theirs = {k: v for k, v in state["router"].items() if not is_legacy_key(k)}
     missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
     if missing or extra:
         return (

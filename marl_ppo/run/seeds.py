@@ -193,7 +193,8 @@ def stacked_state(cfg: Config, singles: Sequence[TrainState]) -> TrainState:
     scheduler.load_state_dict(first.scheduler.state_dict())
     for group, single in zip(step.optimizer.param_groups, first.step.optimizer.param_groups):
         group["lr"], group["initial_lr"] = single["lr"], single["initial_lr"]  # as the config in force set them
-    state = TrainState(stack, step, scheduler, [single.generator for single in singles], names=names)
+    generators = [single.generator for single in singles]
+    state = TrainState(stack, step, scheduler, generators, names=names, entropy_schedule=first.entropy_schedule)
     state.iteration, state.frames = first.iteration, first.frames
     state.returns = [dict(single.last_returns) for single in singles]
     if first.iteration:  # resumed: each seed's Adam moments go on

@@ -40,7 +40,7 @@ from marl_ppo.run.build import build, build_collector, record_factory, seed_ever
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.directory import collector_text, finished_summary, note, run_directory
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
-from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord, schedule_entropy
+from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord
 from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
 from marl_ppo.run.seeds import check_seeds, seed_configs, seed_policy, stacked_state, write_group_file
 from marl_ppo.run.signals import RunInterrupted, StopSignals
@@ -214,13 +214,14 @@ class Trainer:
             should_stop=should_stop,
             seq_len=cfg.model.seq_len,
             generator=state.generators,
+            entropy_scale=state.entropy_scale,
         )
         self._record(batch, stats, t_collect=t_collect, t_update=time.perf_counter() - t1, progress=progress)
 
     def _record(self, batch: TensorDictBase, stats: TensorDictBase, *, t_collect: float, t_update: float, progress):
         """What follows an update: the schedule and counters, then each seed's metrics, evaluation and snapshot."""
         cfg, parts, state = self.cfg, self.parts, self.state
-        lr = state.scheduler.get_last_lr()[0]  # the rate this update used
+        lr, entropy_scale = state.scheduler.get_last_lr()[0], state.entropy_scale  # what this update used
         state.scheduler.step()
         state.iteration += 1
         state.frames += batch.numel() // state.seeds
@@ -235,10 +236,9 @@ class Trainer:
             with state.stack.seed(s) as router:
                 metrics = iteration_metrics(
                     own, own_stats, state.returns[s], router, t_collect=t_collect, t_update=t_update,
-                    iteration=state.iteration, groups=parts.groups,
+                    iteration=state.iteration, groups=parts.groups, entropy_scale=entropy_scale,
                 )  # fmt: skip
                 metrics.update(pool_metrics, **{"train/lr": lr})
-                schedule_entropy(cfg, router, state.iteration)  # the next update's, as a resume at this point sets it
                 if cfg.log.eval_every and state.iteration % cfg.log.eval_every == 0:
                     metrics.update(record.evaluate(state.iteration, state.frames))
             if record.last_eval_iteration == state.iteration:

@@ -243,8 +243,19 @@ def test_bundling_keeps_the_state_dict_and_follows_dtype_moves():
     loss = bundled._bundles[0].loss
     assert loss.head_entropy_coeffs.dtype == torch.float64
     assert all(p.dtype == torch.float64 for p in bundled.parameters())
-    bundled.set_entropy_scale(0.5)
-    assert_close(loss.head_entropy_coeffs, loss.base_head_entropy_coeffs * 0.5)
+
+
+def test_a_schedules_entropy_scale_reaches_the_bundled_loss_call():
+    groups = {g: spec(g, 2) for g in ("a", "b")}
+    plain, bundled = twin_routers(groups, entropy_coeff=0.01)
+    batch = synthetic_batch(groups, plain)
+    plain.compute_advantages(batch)
+    batch = batch.select(*update_keys(plain)).reshape(-1)
+    half, full = bundled(batch, torch.tensor(0.5)), bundled(batch)
+    for g in groups:
+        assert full[g, "loss_entropy"].abs() > 0
+        assert_close(half[g, "loss_entropy"], full[g, "loss_entropy"] * 0.5)
+        assert_close(half[g, "loss_entropy"], plain(batch, torch.tensor(0.5))[g, "loss_entropy"])
 
 
 @pytest.mark.parametrize("value_norm", ["running", "popart"])

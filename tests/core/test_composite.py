@@ -90,9 +90,11 @@ def test_per_head_entropy_coefficients_give_expected_loss_entropy():
         coeffs["move"] * losses["agents", "move", "entropy"] + coeffs["choice"] * losses["agents", "choice", "entropy"]
     )
     torch.testing.assert_close(losses["agents", "loss_entropy"], expected, atol=1e-6, rtol=0)
-    # the schedule hook scales every coefficient
-    router.set_entropy_scale(0.5)
-    torch.testing.assert_close(router(batch)["agents", "loss_entropy"], expected * 0.5, atol=1e-6, rtol=0)
+    # a schedule's value, passed with the call, scales every coefficient of that call only
+    half = router(batch, torch.tensor(0.5))["agents", "loss_entropy"]
+    torch.testing.assert_close(half, expected * 0.5, atol=1e-6, rtol=0)
+    torch.testing.assert_close(router(batch)["agents", "loss_entropy"], expected, atol=1e-6, rtol=0)
+    assert router.losses["agents"].head_entropy_coeffs.tolist() == pytest.approx([0.003, 0.05])  # untouched
 
 
 def test_unknown_head_name_names_the_known_heads():

@@ -257,12 +257,15 @@ def test_config_refuses_what_recurrent_updates_cannot_do():
 
 def test_a_checkpoint_of_the_earlier_layout_still_loads():
     """Recurrent runs checkpointed before the one GAE path held `_estimators.<group>.gamma/lmbda`
-    (a second estimator with the loss's values): they still load, and resume does not refuse them."""
+    (a second estimator with the loss's values), and every run before the entropy schedule became the
+    training state's value held `losses.<group>.base_head_entropy_coeffs`: they still load, and resume
+    does not refuse them."""
     from marl_ppo.run.resume import network_mismatch
 
     parts = build(load_config(overrides=[*SMALL, "env.num_envs=2", "model.kind=gru"]))
     old = dict(parts.router.state_dict())
     old["_estimators.agents.gamma"] = torch.tensor(0.99)
     old["_estimators.agents.lmbda"] = torch.tensor(0.9)
+    old["losses.agents.base_head_entropy_coeffs"] = torch.tensor([0.01])
     assert network_mismatch(parts.router, {"router": old}) is None
     parts.router.load_state_dict(old)  # strict: the legacy entries are dropped, nothing else is missing

@@ -107,7 +107,7 @@ def test_a_group_given_one_run_directory_refuses_it(tiny_config, tmp_path):
 
 
 def test_each_seeds_entropy_schedule_reaches_the_stacked_update(tiny_config, tmp_path):
-    """A linear entropy schedule set by each seed's trainer is what the next stacked update uses."""
+    """A linear entropy schedule's value, the training state's, is what each stacked update uses."""
     from marl_ppo.run.logger import read_scalars
 
     cfg = tiny_config(
@@ -124,8 +124,13 @@ def test_each_seeds_entropy_schedule_reaches_the_stacked_update(tiny_config, tmp
     for s, run_dir in enumerate(group.run_dirs):
         logged = [v for _, v in read_scalars(run_dir)["train/agents/action/entropy_coeff"]]
         assert logged == pytest.approx([0.1, 0.1 * (1 - 0.5 / 2)])  # the coefficient each update used
+        scalars = read_scalars(run_dir)
+        used = [-loss / (c * entropy) for (_, loss), c, (_, entropy) in
+                zip(scalars["train/agents/loss_entropy"], logged, scalars["train/agents/entropy"])]  # fmt: skip
+        assert used == pytest.approx([1.0, 1.0], rel=1e-4)  # the losses were computed with those coefficients
         stacked = group.state.stack.stacked("losses.agents.head_entropy_coeffs")[s]
-        assert stacked.tolist() == pytest.approx([0.1 * 0.5])  # what a third update would use
+        assert stacked.tolist() == pytest.approx([0.1])  # the configured one: the schedule is the state's value
+    assert group.state.entropy_scale == pytest.approx(0.5)  # what a third update would use
 
 
 @pytest.mark.parametrize("config", ["simple_spread", "tictactoe_two_groups"])
