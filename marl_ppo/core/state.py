@@ -13,7 +13,8 @@ its :meth:`~TrainState.state_dict` (plus the run's own records: RNG states, the 
 * ``generators``: each seed's ``torch.Generator`` the update draws its minibatch order from
   (``None``: the global torch RNG);
 * the counters (iteration, frames per seed) and each seed's last collected returns per group;
-* ``pools``: the snapshot pools of ``pool`` seats (:mod:`marl_ppo.opponents.pool`), their stacked snapshots.
+* ``snapshots``: the frozen snapshots of each ``pool`` seat (:mod:`marl_ppo.opponents.pool`'s
+  ``SnapshotNet``, read through the :class:`Snapshots` protocol: the core imports no opponents).
 
 Nothing in the core keeps state anywhere else: the losses' per-call records
 (:class:`~marl_ppo.core.losses.LossRecord`) live for one call, and no attribute is set on a
@@ -34,8 +35,8 @@ torch.Size([1, 2])
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tensordict import TensorDict
@@ -44,7 +45,16 @@ from torch import nn
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.seeds import SeedStack
 
-__all__ = ["TrainState"]
+__all__ = ["TrainState", "Snapshots"]
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """A pool seat's frozen snapshots as the training state saves and restores them."""
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load(self, state: Mapping[str, Any]) -> None: ...
 
 
 class TrainState:
@@ -64,7 +74,7 @@ class TrainState:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         generator: torch.Generator | Sequence[torch.Generator | None] | None = None,
         *,
-        pools: dict[str, Any] | None = None,
+        snapshots: Mapping[str, Snapshots] | None = None,
         names: Sequence[str] = (),
         entropy_schedule: Callable[[int], float] | None = None,
     ) -> None:
@@ -76,7 +86,10 @@ class TrainState:
         self.generators = generators
         self.iteration, self.frames = 0, 0
         self.returns: list[dict[str, float]] = [{} for _ in generators]  # each seed's last collected returns
-        self.pools = dict(pools or {})  # snapshot pools by seat (opponents: pool)
+        self.snapshots = dict(snapshots or {})  # by pool seat
+        for seat, pool in self.snapshots.items():
+            if not isinstance(pool, Snapshots):
+                raise TypeError(f"snapshots[{seat!r}]: a {type(pool).__name__} has no state()/load(): not Snapshots")
         self.names = list(names)
         self.entropy_schedule = entropy_schedule
 
@@ -121,8 +134,8 @@ class TrainState:
         }
         if self.generators[seed] is not None:
             out["generator"] = self.generators[seed].get_state()
-        if self.pools:
-            out["pools"] = {g: pool.snapshots.state() for g, pool in self.pools.items()}
+        if self.snapshots:
+            out["pools"] = {g: pool.state() for g, pool in self.snapshots.items()}
         return out
 
     def load_state_dict(self, state: dict[str, Any], seed: int = 0) -> None:
@@ -137,8 +150,8 @@ class TrainState:
         self.returns[seed] = dict(state.get("last_returns", {}))
         if self.generators[seed] is not None and "generator" in state:
             self.generators[seed].set_state(state["generator"])
-        for g, pool in self.pools.items():
-            pool.snapshots.load(state["pools"][g])
+        for g, pool in self.snapshots.items():
+            pool.load(state["pools"][g])
 
     # -- S seeds: each seed's optimizer state in its single run's form -------------------
 

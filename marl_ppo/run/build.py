@@ -185,13 +185,9 @@ def train_state(cfg: Config, parts: Parts) -> TrainState:
     # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
     # nothing from the global RNG, and a checkpoint carries this stream's state
     generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
+    snapshots = {g: pool.snapshots for g, pool in parts.pools.items()}
     return TrainState(
-        parts.router,
-        parts.step,
-        scheduler,
-        generator=generator,
-        pools=parts.pools,
-        entropy_schedule=entropy_schedule(cfg),
+        parts.router, parts.step, scheduler, generator, snapshots=snapshots, entropy_schedule=entropy_schedule(cfg)
     )
 
 
