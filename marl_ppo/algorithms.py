@@ -12,20 +12,26 @@ package branches on an algorithm's name. Adding one is a line here (or a
   ``model.critic=global`` needs it) or ``decentralised`` (each agent's own: IPPO);
 * ``update``: the update mode, ``"module:function"`` with
   :func:`~marl_ppo.core.update.ppo_update`'s signature ``(model, step, batch, *, num_epochs,
-  minibatch_size, should_stop, seq_len, generator) -> diagnostics``. Today's one mode is the joint
-  step (every group's loss in one optimizer step); a sequential mode (HAPPO's agents one after
-  another) is another function here, and the trainer is not touched.
+  minibatch_size, should_stop, seq_len, generator, entropy_scale) -> diagnostics``. The joint step
+  (every group's loss in one optimizer step) is the default; HAPPO's sequential mode
+  (:func:`~marl_ppo.core.happo.happo_update`: the groups one after another) is another;
+* ``sequential``: the update mode steps the groups one at a time, so each group keeps its own loss
+  call (no bundles);
+* ``update_options``: the ``loss`` section's field holding the update mode's own options (``happo``:
+  ``loss.happo``), given to the update function as keyword arguments.
 
->>> algorithm("mappo").critic, algorithm("ippo").critic
-('centralised', 'decentralised')
->>> algorithm("happo")
+>>> algorithm("mappo").critic, algorithm("ippo").critic, algorithm("happo").sequential
+('centralised', 'decentralised', True)
+>>> algorithm("trpo")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: unknown algorithm 'happo'; registered algorithms: ['clip_ppo', 'ippo', 'mappo']
+ValueError: unknown algorithm 'trpo'; registered algorithms: ['clip_ppo', 'happo', 'ippo', ...]
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +58,8 @@ class Algorithm:
     critic: Literal["centralised", "decentralised"]
     update: str | Callable[..., Any] = JOINT_UPDATE
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    sequential: bool = False
+    update_options: str | None = None
 
     @property
     def centralised(self) -> bool:
@@ -60,9 +68,13 @@ class Algorithm:
     def loss_class(self) -> type:
         return _resolve(self.loss)
 
-    def update_fn(self) -> Callable[..., Any]:
-        """The update mode's function (looked up when called for, so a patched module attribute is found)."""
-        return _resolve(self.update)
+    def update_fn(self, loss_options: Any = None) -> Callable[..., Any]:
+        """The update mode's function (looked up when called for, so a patched module attribute is found),
+        with its own options from ``loss_options`` (the config's ``loss`` section) bound."""
+        fn = _resolve(self.update)
+        if self.update_options is None or loss_options is None:
+            return fn
+        return functools.partial(fn, **dataclasses.asdict(getattr(loss_options, self.update_options)))
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -74,6 +86,15 @@ ALGORITHMS: dict[str, Algorithm] = {
         "torchrl.objectives:ClipPPOLoss",
         "decentralised",
         loss_kwargs={"normalize_advantage_exclude_dims": (-2,)},
+    ),
+    # the groups updated one after another, each surrogate weighted by the ratios of those before it
+    "happo": Algorithm(
+        "happo",
+        "torchrl.objectives.multiagent:MAPPOLoss",
+        "centralised",
+        update="marl_ppo.core.happo:happo_update",
+        sequential=True,
+        update_options="happo",
     ),
 }
 

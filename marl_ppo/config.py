@@ -37,6 +37,7 @@ __all__ = [
     "EnvConfig",
     "ModelConfig",
     "LossConfig",
+    "HappoConfig",
     "CollectorConfig",
     "TrainConfig",
     "WandbConfig",
@@ -49,12 +50,31 @@ __all__ = [
 
 
 @dataclass
+class HappoConfig:
+    """HAPPO's sequential update (``loss.algorithm=happo``, ``docs/algorithms.md``).
+
+    Attributes:
+        order: ``random`` (a new order of the groups each iteration, drawn from the update's generator)
+            or ``fixed`` (the env's order of the groups).
+        critic: ``after`` (every critic trained once, after all the policies: HARL's way) or
+            ``with_actor`` (each group's critic stepped with its policy).
+    """
+
+    order: str = "random"
+    critic: str = "after"
+
+    def __post_init__(self) -> None:
+        choice("loss.happo.order", self.order, ("random", "fixed"))
+        choice("loss.happo.critic", self.critic, ("after", "with_actor"))
+
+
+@dataclass
 class LossConfig:
     """PPO loss, one per group.
 
     Attributes:
         algorithm: a name of :data:`~marl_ppo.algorithms.ALGORITHMS`: ``mappo`` (centralised critic), ``ippo``
-            (decentralised) or ``clip_ppo``.
+            (decentralised), ``clip_ppo`` or ``happo`` (the groups updated one after another).
         clip_epsilon: PPO ratio clip, in (0, 1): the ratio is clipped to [1 - eps, 1 + eps].
         entropy_coeff: entropy bonus weight for every head of every group.
         head_entropy_coeff: per-head weights by short head name (``{move: 0.0, comm: 0.01}``)
@@ -76,6 +96,7 @@ class LossConfig:
             ``1 - popart_beta`` per batch) and rescales the critic's output layer so that its
             values are preserved when the statistics move. Statistics update once per batch.
         popart_beta: the moving average's decay per collected batch (``popart`` only).
+        happo: HAPPO's update options (:class:`HappoConfig`; read with ``algorithm=happo`` only).
     """
 
     algorithm: str = "mappo"
@@ -93,6 +114,7 @@ class LossConfig:
     bundle_groups: bool = True
     value_norm: str = "none"
     popart_beta: float = 0.95
+    happo: HappoConfig = field(default_factory=HappoConfig)
 
     def __post_init__(self) -> None:
         choice("loss.algorithm", self.algorithm, tuple(ALGORITHMS))
@@ -263,6 +285,14 @@ class Config:
             raise ConfigError(
                 f"model.critic=global is a centralised critic (MAPPO's); loss.algorithm={self.loss.algorithm!r} "
                 f"has a decentralised one (use loss.algorithm in {centralised} or model.critic=group)"
+            )
+        sequential = algorithm(self.loss.algorithm).sequential
+        shared = [g for g, s in self.opponents.items() if parse_source("", s).kind in ("self", "pool")]
+        if sequential and shared:
+            raise ConfigError(
+                f"loss.algorithm={self.loss.algorithm} updates the groups one after another, but {shared} play "
+                "with another group's networks (opponents: self/pool), which would be updated twice; "
+                "use loss.algorithm=mappo"
             )
         if not model.recurrent:
             return

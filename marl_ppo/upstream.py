@@ -46,6 +46,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     *(PrivateName(o, "_weighted_loss_entropy", "override", "core/losses.py", ("entropy",)) for o in _PPO),
     *(
         PrivateName(
+            o, "_maybe_normalize_advantage", "override", "core/losses.py", ("advantage", "tensordict", "update_norm")
+        )
+        for o in _PPO
+    ),
+    *(
+        PrivateName(
             o, "_critic_loss_inputs", "override", "core/losses.py", ("target_return", "state_value", "old_state_value")
         )
         for o in _PPO

@@ -114,7 +114,10 @@ class _PerHeadLoss:
     * ``value_norm``: the critic's normaliser (value normalisation; held, not registered: it is the
       critic's);
     * ``mask_key``: torchrl's ``loss_mask_key`` (padding entries, e.g. agents that left);
-    * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`).
+    * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`);
+    * ``weight_key``: where a sequential update mode puts a per-sample weight of the advantage
+      (HAPPO's M, :mod:`marl_ppo.core.happo`), applied after the advantage's standardisation; a batch
+      without that entry trains as torchrl's loss does.
 
     A call may scale every entropy coefficient: ``loss(td, entropy_scale=s)`` (the training state's
     schedule value, a 0-dim tensor so that a compiled loss does not recompile as it changes); without
@@ -131,6 +134,7 @@ class _PerHeadLoss:
         value_norm: Any = None,
         mask_key: Any = None,
         per_element: bool = False,
+        weight_key: Any = None,
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
@@ -143,6 +147,7 @@ class _PerHeadLoss:
         object.__setattr__(self, "_value_norm", value_norm)  # the critic's, not a second registration
         self.loss_mask_key = mask_key
         self.record = LossRecord(per_element)
+        self.weight_key = weight_key
 
     def forward(self, tensordict, entropy_scale: torch.Tensor | None = None):
         """torchrl's loss on ``tensordict``, every entropy coefficient times ``entropy_scale`` (if given)."""
@@ -151,6 +156,18 @@ class _PerHeadLoss:
             return super().forward(tensordict)
         finally:
             self._entropy_scale = None
+
+    def _maybe_normalize_advantage(self, advantage, tensordict, *, update_norm):
+        advantage = super()._maybe_normalize_advantage(advantage, tensordict, update_norm=update_norm)
+        weight = None if self.weight_key is None else tensordict.get(self.weight_key, None)
+        return advantage if weight is None else advantage * weight
+
+    @torch.no_grad()
+    def log_ratio(self, tensordict) -> torch.Tensor:
+        """``log pi(a|o) - log pi_old(a|o)`` of the stored actions under the current policy, per element
+        ``[*B, n_agents, 1]`` (a composite action's heads summed): what HAPPO's M multiplies."""
+        adv_shape = tensordict.get(self.tensor_keys.advantage).shape[:-1]
+        return super()._log_weight(tensordict, adv_shape)[0]  # torchrl's: nothing recorded
 
     def _get_entropy(self, dist, adv_shape):
         with contextlib.nullcontext() if self._entropy_trained else torch.no_grad():

@@ -160,7 +160,8 @@ class GroupRouter(nn.Module):
         # Not registered as submodules: a bundle holds no parameters of its own, and the router's
         # state_dict stays the groups' (see _apply for devices).
         self._bundles: list[GroupBundle] = []
-        if bundle_groups and clip_value is None:  # value clipping's fraction is not split per group
+        # value clipping's fraction is not split per group; a sequential update mode steps one group at a time
+        if bundle_groups and clip_value is None and not entry.sequential:
             members = find_bundles(
                 self.groups, actors, critics, head_coeffs, self._reads_own_group_only.get, self.networks
             )
@@ -194,6 +195,7 @@ class GroupRouter(nn.Module):
             value_norm=value_norm,
             mask_key=keys.mask,
             per_element=per_element,
+            weight_key=keys.update_weight,
             **self._loss_kwargs,
             **extra,
         )
@@ -300,13 +302,18 @@ class GroupRouter(nn.Module):
 
     # -- losses -------------------------------------------------------------------------
 
-    def forward(self, td: TensorDictBase, entropy_scale: torch.Tensor | None = None) -> TensorDictBase:
+    def forward(
+        self, td: TensorDictBase, entropy_scale: torch.Tensor | None = None, groups: Sequence[str] | None = None
+    ) -> TensorDictBase:
         """``{group: loss_td}``: each group's ``loss_*`` terms and scalar, detached diagnostics.
 
         ``entropy_scale`` (a 0-dim tensor; the training state's schedule value) scales every head's
-        entropy coefficient in this call; ``None``: as configured."""
+        entropy coefficient in this call; ``None``: as configured. ``groups``: only these groups'
+        losses (a sequential update mode's unit); ``None``: every group's."""
         out = {}
         for g, loss in self.losses.items():
+            if groups is not None and g not in groups:
+                continue
             keys = self.groups[g].keys
             if keys.advantage not in td.keys(include_nested=True):
                 raise KeyError(
@@ -339,8 +346,9 @@ class GroupRouter(nn.Module):
                     loss_td.set(name, value)
             out[g] = _scalar_diagnostics(loss_td)
         for bundle in self._bundles:
-            out.update(bundle(td, entropy_scale))
-        return TensorDict({g: out[g] for g in self.groups}, batch_size=[])
+            if groups is None or any(g in groups for g in bundle.groups):
+                out.update(bundle(td, entropy_scale))
+        return TensorDict({g: out[g] for g in self.groups if g in out}, batch_size=[])
 
 
 def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:

@@ -126,18 +126,23 @@ class SeedStack:
                 out.append(router.compute_advantages(batch[s].clone(False)))
         return torch.stack(out)
 
-    def _losses(self, params: TensorDictBase, td: TensorDictBase, entropy_scale=None) -> TensorDictBase:
+    def _losses(self, params: TensorDictBase, td: TensorDictBase, entropy_scale=None, groups=None) -> TensorDictBase:
         with params.to_module(self.template):
-            return self.template(td, entropy_scale)
+            return self.template(td, entropy_scale, groups)
 
-    def __call__(self, minibatch: TensorDictBase, entropy_scale: torch.Tensor | None = None) -> TensorDictBase:
+    def __call__(
+        self, minibatch: TensorDictBase, entropy_scale: torch.Tensor | None = None, groups: Sequence[str] | None = None
+    ) -> TensorDictBase:
         """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each (one
-        seed: the router's on ``minibatch`` ``[M, ...]``). ``entropy_scale``: the seeds' one schedule value."""
+        seed: the router's on ``minibatch`` ``[M, ...]``). ``entropy_scale``: the seeds' one schedule value;
+        ``groups``: only these groups' losses (see :meth:`~marl_ppo.core.router.GroupRouter.forward`)."""
         if self.seeds == 1:  # no vmap to pay for (its overhead is a third of a small update)
-            return self.template(minibatch, entropy_scale)
+            return self.template(minibatch, entropy_scale, groups)
         if self.looped:  # one loss call per seed, on its slices of the stack (gradients reach the stack)
-            return torch.stack([self._losses(self.params[s], minibatch[s], entropy_scale) for s in range(self.seeds)])
-        losses = functools.partial(self._losses, entropy_scale=entropy_scale)
+            return torch.stack(
+                [self._losses(self.params[s], minibatch[s], entropy_scale, groups) for s in range(self.seeds)]
+            )
+        losses = functools.partial(self._losses, entropy_scale=entropy_scale, groups=groups)
         return torch.vmap(losses, (0, 0), randomness="error")(self.params, minibatch)
 
     def state_dict(self, s: int) -> dict[str, torch.Tensor]:

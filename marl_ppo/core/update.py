@@ -75,6 +75,8 @@ def ppo_update(
     seq_len: int | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     entropy_scale: float | None = None,
+    groups: Sequence[str] | None = None,
+    terms: Callable[[TensorDictBase], TensorDictBase] | None = None,
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
@@ -97,6 +99,10 @@ def ppo_update(
 
     ``entropy_scale`` scales every head's entropy coefficient in this update (the training state's
     schedule value, :attr:`~marl_ppo.core.state.TrainState.entropy_scale`); ``None``: as configured.
+
+    A sequential update mode (:mod:`marl_ppo.core.happo`) runs this loop per unit: ``groups`` computes
+    only those groups' losses, ``terms`` picks the ``loss_*`` terms the step takes from them (default:
+    all), and a group's ``update_weight`` entry in ``batch``, if any, weights its advantages.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
     seeds, router = stack.seeds, stack.template
@@ -105,7 +111,9 @@ def ppo_update(
         raise ValueError(f"one generator per seed: {seeds} seed(s), {len(generators)} generator(s)")
     if step.seeds != seeds:
         raise ValueError(f"the step is built for {step.seeds} seed(s), the model has {seeds}")
-    selected = batch.select(*update_keys(router))
+    present = batch.keys(include_nested=True)
+    weights = [s.keys.update_weight for s in router.groups.values() if s.keys.update_weight in present]
+    selected = batch.select(*update_keys(router), *weights)
     recurrent = bool(router.recurrent_keys)
     if recurrent:
         if seq_len is None:
@@ -133,8 +141,8 @@ def ppo_update(
         for i in range(n_minibatches):
             index = perms[:, i * minibatch_size : (i + 1) * minibatch_size]
             with mode():
-                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index], scale)
-            stats = step(losses)
+                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index], scale, groups)
+            stats = step(losses if terms is None else terms(losses))
             if seeds > 1 and not bool(step.alive.any()):
                 raise TrainingError("; ".join(step.failures.values()))
             if seeds == 1 and check_each_step and not torch.isfinite(stats["loss"]):

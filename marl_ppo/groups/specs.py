@@ -49,6 +49,7 @@ class GroupKeys:
     done: NestedKey
     terminated: NestedKey
     episode_reward: NestedKey
+    update_weight: NestedKey
     mask: NestedKey | None = None
 
     # field -> the entry's name under the group's key
@@ -62,6 +63,7 @@ class GroupKeys:
         "done": "train_done",
         "terminated": "train_terminated",
         "episode_reward": "episode_reward",
+        "update_weight": "update_weight",
     }
 
     @classmethod

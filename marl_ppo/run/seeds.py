@@ -36,6 +36,7 @@ from tensordict.nn import (
 )
 from torch import nn
 
+from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.seeds import SeedStack, seed_refusal
@@ -81,6 +82,8 @@ def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module |
         why = "opponents (a pool or a frozen player per seed is not stacked yet)"
     elif cfg.train.compile:
         why = "train.compile=true (compiling the vmapped update is not measured yet)"
+    elif algorithm(cfg.loss.algorithm).sequential:
+        why = f"loss.algorithm={cfg.loss.algorithm} (each seed would update its groups in an order of its own)"
     elif cfg.log.video:
         why = "log.video=true"
     if why is not None:

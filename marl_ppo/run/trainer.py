@@ -204,7 +204,7 @@ class Trainer:
         batch = parts.reward_table(batch)  # elementwise: every seed's env copies at once
         batch = state.stack.compute_advantages(state.stack.split(batch))  # [S, E, T] for S > 1
         self.callbacks("on_batch_collected", self, batch)
-        update = algorithm(cfg.loss.algorithm).update_fn()  # the algorithm's update mode (the joint step)
+        update = algorithm(cfg.loss.algorithm).update_fn(cfg.loss)  # the algorithm's update mode, its options bound
         stats = update(
             state.stack,
             state.step,

@@ -1,0 +1,186 @@
+"""HAPPO's sequential update: known answers, the order, and runs through the trainer.
+
+* two groups in a fixed order: the second group's advantages are weighted by M, the first group's
+  joint ratio after its update, computed here by hand from its policy's distribution;
+* one group with ``critic=with_actor``: HAPPO is the joint PPO step, bit for bit;
+* the order is drawn from the update's generator: the same seed gives the same orders, and they
+  change from one iteration to the next;
+* through ``marl-ppo train``: VMAS simple_tag (two groups); the depot game (composite actions, a
+  random order) resumes exactly; what HAPPO cannot do is refused in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from marl_ppo.cli import main
+from marl_ppo.config import load_config
+from marl_ppo.core import happo
+from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.happo import happo_update, unit_order
+from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.update import ppo_update
+from tests.core.test_bundles import HIDDEN, move_policies, spec, synthetic_batch
+from tests.run.test_recovery import FPB, ROOT, TINY, assert_straight_equals_crash_then_resume
+
+
+def _router(groups, algorithm="happo", **kwargs) -> GroupRouter:
+    torch.manual_seed(0)
+    return GroupRouter.from_specs(groups, algorithm=algorithm, hidden=HIDDEN, entropy_coeff=0.01, **kwargs)
+
+
+def _batch(groups, router):
+    batch = synthetic_batch(groups, router)
+    router.compute_advantages(batch)
+    return batch
+
+
+def test_the_second_group_is_weighted_by_the_first_groups_joint_ratio_after_its_update(monkeypatch):
+    groups = {"a": spec("a", 2), "b": spec("b", 3)}
+    router = _router(groups)
+    batch = _batch(groups, router)
+    move_policies(router)  # the behaviour policy's log-probs are the batch's: ratios start away from 1
+    seen = {}
+
+    def spy(model, step, batch, *, groups=None, **kwargs):
+        if groups is not None:
+            seen[groups[0]] = batch.get((groups[0], "update_weight"), None)
+        return ppo_update(model, step, batch, groups=groups, **kwargs)
+
+    monkeypatch.setattr(happo, "ppo_update", spy)
+    step = AggregatedStep(router, lr=1e-2)
+    happo_update(router, step, batch, num_epochs=2, minibatch_size=8, order="fixed", critic="after")
+    assert seen["a"] is None  # the first unit trains as the joint step does
+    with torch.no_grad():  # by hand: a's policy after the update, on a's stored actions
+        dist = router.losses["a"].actor_network.get_dist(batch)
+        log_ratio = dist.log_prob(batch["a", "action"]) - batch["a", "action_log_prob"]
+    m = log_ratio.sum(-1).exp()  # over a's two agents: the joint action's ratio, per sample
+    assert seen["b"].shape == (*batch.shape, 3, 1)
+    assert_close(seen["b"], m[..., None, None].expand(*batch.shape, 3, 1), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(m, torch.ones_like(m), atol=1e-3)  # the policy moved: M is not 1
+
+
+def test_one_group_with_its_critic_is_the_joint_step_bit_for_bit():
+    groups = {"a": spec("a", 2)}
+    joint, sequential = _router(groups, algorithm="mappo"), _router(groups)
+    batch = _batch(groups, joint)
+    move_policies(joint, sequential)
+    out = []
+    for router, update in ((joint, ppo_update), (sequential, happo_update)):
+        kwargs = {"critic": "with_actor"} if update is happo_update else {}
+        step = AggregatedStep(router, lr=1e-2)
+        gen = torch.Generator().manual_seed(3)
+        stats = update(router, step, batch.clone(), num_epochs=2, minibatch_size=8, generator=gen, **kwargs)
+        out.append((stats, router.state_dict(), gen.get_state()))
+    (stats_j, state_j, gen_j), (stats_s, state_s, gen_s) = out
+    assert all(torch.equal(state_j[k], state_s[k]) for k in state_j)
+    assert torch.equal(gen_j, gen_s) and torch.equal(stats_j["loss"], stats_s["loss"])
+    assert torch.equal(stats_j["a", "loss_objective"], stats_s["a", "loss_objective"])
+
+
+def test_the_critic_after_the_policies_trains_every_critic_once():
+    groups = {"a": spec("a", 2), "b": spec("b", 2)}
+    router = _router(groups)
+    batch = _batch(groups, router)
+    before = copy.deepcopy(router.state_dict())
+    stats = happo_update(router, AggregatedStep(router, lr=1e-2), batch, num_epochs=1, minibatch_size=12)
+    after = router.state_dict()
+    moved = {k for k in before if k.startswith("losses.") and not torch.equal(before[k], after[k])}
+    for g in ("a", "b"):  # both policies and both critics moved
+        assert any(k.startswith(f"losses.{g}.actor_network") for k in moved), moved
+        assert any(k.startswith(f"losses.{g}.critic_network") for k in moved), moved
+    assert {"loss_objective", "loss_critic", "explained_variance", "kl_approx"} <= set(stats["a"].keys())
+    assert all(stats["a", k].ndim == 0 for k in ("loss_critic", "explained_variance"))
+
+
+def test_the_order_comes_from_the_generator_and_changes_each_iteration():
+    def orders(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return [tuple(unit_order(["a", "b", "c", "d"], "random", gen)) for _ in range(8)]
+
+    assert orders(0) == orders(0) and orders(0) != orders(1)
+    assert len(set(orders(0))) > 1
+    assert unit_order(["a", "b"], "fixed", torch.Generator()) == ["a", "b"]
+    with pytest.raises(ValueError, match="'random' or 'fixed', got 'sideways'"):
+        unit_order(["a", "b"], "sideways", None)
+
+
+SMALL = [
+    "env.num_envs=8",
+    "env.max_steps=20",
+    "train.frames_per_batch=320",
+    "train.total_frames=640",
+    "train.minibatch_size=160",
+    "model.hidden=[32]",
+    "model.share_params=false",
+    "log.eval_episodes=2",
+    "log.progress=false",
+    "log.plot=false",
+]
+
+
+def test_happo_trains_the_groups_of_simple_tag_through_the_command_line(tmp_path, capsys):
+    args = ["env.scenario=simple_tag", "loss.algorithm=happo", *SMALL, f"log.root={tmp_path}", "log.name=tag"]
+    assert main(["train", *args]) == 0
+    text = (tmp_path / "tag" / "config.yaml").read_text()
+    assert "algorithm: happo" in text and "order: random" in text and "critic: after" in text
+    scalars = tmp_path / "tag" / "logs" / "scalars" / "train"
+    for g in ("adversary", "agent"):  # each group's policy diagnostics and its critic's, one file each
+        assert {"loss_objective.csv", "loss_critic.csv", "explained_variance.csv"} <= {
+            p.name for p in (scalars / g).iterdir()
+        }
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.num_envs=4", "env.max_steps=10"],
+        ["env.scenario=simple_tag", "model.kind=gru", "model.seq_len=10", "loss.value_norm=running"],
+    ],
+    ids=["tictactoe-turns-and-masks", "simple_tag-gru-value-norm"],
+)
+def test_happo_runs_with_masks_turns_recurrent_models_and_value_norm(tmp_path, capsys, overrides):
+    args = [*[o for o in SMALL if not o.startswith("env.")], *overrides, "loss.algorithm=happo"]
+    args += ["train.frames_per_batch=160" if "tictactoe" in overrides[1] else "env.num_envs=8"]
+    assert (
+        main(
+            ["train", *args, "train.total_frames=320", "train.minibatch_size=80", f"log.root={tmp_path}", "log.name=r"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("\n{") + 1 :])
+    assert summary["frames"] == 320 and all(math.isfinite(v) for v in summary.values() if isinstance(v, float))
+
+
+def test_happo_on_the_depot_game_resumes_exactly(tmp_path, monkeypatch):
+    """Two groups in a random order, a composite action: a crash and a resume give the straight run."""
+    factory = f"{ROOT / 'tests' / 'envs' / 'custom_envs.py'}:make_depot"
+    overrides = [o for o in TINY if "n_agents" not in o] + ["env.kind=custom", f"env.factory={factory}"]
+    cfg = load_config(overrides=[*overrides, "loss.algorithm=happo", "loss.entropy_coeff=0.01"])
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["train.seeds=[0,1]"], ["many seeds in one process do not support loss.algorithm=happo"]),
+        (
+            ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "opponents={player_2: self}"],
+            ["loss.algorithm=happo updates the groups one after another", "['player_2']"],
+        ),
+        (["loss.happo.order=sideways"], ["loss.happo.order", "'random', 'fixed'", "'sideways'"]),
+        (["loss.happo.critic=never"], ["loss.happo.critic", "'after', 'with_actor'"]),
+    ],
+)
+def test_what_happo_cannot_do_is_refused_in_one_line(tmp_path, capsys, overrides, words):
+    assert main(["train", "loss.algorithm=happo", *overrides, f"log.root={tmp_path / 'runs'}"]) == 1
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert not (tmp_path / "runs").exists()
