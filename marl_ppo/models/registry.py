@@ -5,7 +5,8 @@ value layer. ``mlp`` has none (the agent MLP maps the observations to the heads'
 value directly); ``gru`` and ``lstm`` are an MLP followed by a recurrent cell
 (:func:`~marl_ppo.models.recurrent.recurrent_trunk`), ``cnn`` a conv encoder of an image per agent
 (:mod:`~marl_ppo.models.cnn`), ``deepsets`` permutation-invariant encoders of sets of entities and of
-the agents (:mod:`~marl_ppo.models.deepsets`). Adding a kind is one file with its trunk
+the agents (:mod:`~marl_ppo.models.deepsets`), ``gnn`` message passing over the agents of a group
+(:mod:`~marl_ppo.models.gnn`). Adding a kind is one file with its trunk
 function and one :func:`register_model_kind` line (``docs/concepts.md``, "Adding a variant").
 
 The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_spec)`` shape):
@@ -74,6 +75,7 @@ class ModelKind:
 
 
 _RNN = "marl_ppo.models.recurrent:recurrent_trunk"
+_GNN = {"topology": "full", "radius": 1.0, "position": None, "velocity": None, "layers": 1}
 _CNN = {"channels": [32, 32], "kernels": [3, 3], "strides": [1, 1], "paddings": [0, 0], "channel_order": "auto"}
 MODEL_KINDS: dict[str, ModelKind] = {
     "mlp": ModelKind("mlp", trunk=None, bundleable=True),
@@ -81,6 +83,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
     "lstm": ModelKind("lstm", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "lstm"}),
     "cnn": ModelKind("cnn", "marl_ppo.models.cnn:cnn_trunk", options=_CNN),
     "deepsets": ModelKind("deepsets", "marl_ppo.models.deepsets:deepsets_trunk", options={"phi": [64], "pool": "mean"}),
+    "gnn": ModelKind("gnn", "marl_ppo.models.gnn:gnn_trunk", options=_GNN),
 }
 
 
