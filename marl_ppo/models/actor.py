@@ -22,6 +22,7 @@ from torch import nn
 from torchrl.modules import ProbabilisticActor
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.models.chain import trunk_of
 from marl_ppo.models.distributions import Head, action_heads
 from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import agent_mlp
@@ -39,8 +40,8 @@ def build_actor(
     activation: str = "tanh",
     device: torch.device | str | None = None,
     net: nn.Module | None = None,
-    kind: str = "mlp",
-    options: Mapping[str, Any] | None = None,
+    kind: str | Sequence[str] = "mlp",
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     networks: Networks | None = None,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
@@ -55,25 +56,20 @@ def build_actor(
     ``net`` replaces the MLP (``[*B, n_agents, obs_dim] -> [*B, n_agents, n_params]``); the
     network arguments are then unused. ``networks`` records which MLP the actor runs (a bundle or
     another seat reads it there; :class:`~marl_ppo.models.modules.Networks`). ``kind`` names a registered model kind
-    (:mod:`~marl_ppo.models.registry`) and ``options`` are its own: a kind with a trunk (``gru``/``lstm``:
-    the MLP of ``hidden`` into a recurrent cell of ``rnn_hidden`` units) reports its output width, and
-    a linear layer maps it to the heads' parameters. Several vector observation entries are concatenated.
+    (:mod:`~marl_ppo.models.registry`), or a chain of them (:mod:`~marl_ppo.models.chain`), and ``options``
+    each kind's own, by kind: a kind with a trunk (``gru``/``lstm``: the MLP of ``hidden`` into a
+    recurrent cell of ``rnn_hidden`` units) reports its output width, and a linear layer maps it to the
+    heads' parameters. Several vector observation entries are concatenated.
     """
     heads = action_heads(group)
     n_out = sum(h.n_params for h in heads)
-    obs_key, trunk, spec = group.observation_keys[0], None, model_kind(kind)
-    if spec.trunk is not None:
-        trunk, obs_key, width = spec.build_trunk(
-            group,
-            role="actor",
-            centralized=False,
-            share_params=share_params,
-            hidden=hidden,
-            activation=activation,
-            device=device,
-            options=options,
-        )
-        net, hidden = None, ()
+    obs_key, trunk, width = group.observation_keys[0], None, None
+    built = trunk_of(
+        group, kind, role="actor", centralized=False, share_params=share_params, hidden=hidden,
+        activation=activation, device=device, options=options or {},
+    )  # fmt: skip
+    if built is not None:
+        (trunk, obs_key, width), net, hidden = built, None, ()
     elif net is None:
         trunk, obs_key, width = flat_inputs(group, kind=kind)
     if net is None:
@@ -89,7 +85,7 @@ def build_actor(
         )
     actor = _actor_on(group, heads, net, obs_key, trunk)
     # a bundle rebuilds the actor around the bare network: only a kind without state allows it
-    if networks is not None and spec.bundleable and trunk is None:
+    if networks is not None and isinstance(kind, str) and model_kind(kind).bundleable and trunk is None:
         networks.record(actor, net)
     return actor
 

@@ -12,7 +12,6 @@ from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
 from marl_ppo.models.modules import Networks
 from marl_ppo.models.options import ModelConfig
-from marl_ppo.models.registry import model_kind
 
 __all__ = ["build_models"]
 
@@ -50,7 +49,7 @@ def build_models(
             activation=m.activation,
             device=device,
             kind=m.kind,
-            options=m.kind_options(m.kind),
+            options=m.options_by_kind(m.kind),
             networks=networks,
         )
         if model.critic == "group":
@@ -64,7 +63,7 @@ def build_models(
                 value_norm=value_norm,
                 popart_beta=popart_beta,
                 kind=m.group_critic_kind,
-                options=m.kind_options(m.group_critic_kind),
+                options=m.options_by_kind(m.group_critic_kind),
                 networks=networks,
             )
     if model.critic == "global":
@@ -90,7 +89,7 @@ def _check_shared(groups: Mapping[str, GroupSpec], model: ModelConfig, value_nor
     """Whether group ``g`` can play with ``source``'s networks; a ValueError saying why not."""
     why = seat_difference(groups[g], groups[source]) if source in groups else f"no group {source!r}"
     kind = model.for_group(source).kind
-    if why is None and (model.recurrent or model_kind(kind).trunk is not None or len(groups[g].observation_keys) > 1):
+    if why is None and (model.recurrent or kind != "mlp" or len(groups[g].observation_keys) > 1):
         why = "only an MLP on one observation entry is shared between seats yet (model.kind=mlp, no recurrent critic)"
     if why is None and model.critic != "group":
         why = "model.critic=global already serves every group"

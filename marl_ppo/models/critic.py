@@ -27,10 +27,11 @@ from torchrl.modules import MultiAgentMLP, PopArtValueNorm, RunningValueNorm, Va
 from torchrl.modules.models.cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.models.chain import trunk_of
 from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import Networks, TensorOutModule
-from marl_ppo.models.registry import Trunk, model_kind
+from marl_ppo.models.registry import Trunk
 
 __all__ = [
     "build_critic",
@@ -56,8 +57,8 @@ def build_critic(
     net: nn.Module | None = None,
     value_norm: str = "none",
     popart_beta: float = 0.95,
-    kind: str = "mlp",
-    options: Mapping[str, Any] | None = None,
+    kind: str | Sequence[str] = "mlp",
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     networks: Networks | None = None,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
@@ -66,20 +67,15 @@ def build_critic(
     ``False`` is IPPO's (each agent's value sees its own). ``net`` replaces the MLP; ``networks``
     records which MLP the critic runs (:class:`~marl_ppo.models.modules.Networks`).
     ``value_norm`` (``none``, ``running``, ``popart``) makes the network learn normalised values.
-    ``kind`` names a registered model kind and ``options`` are its own: a kind with a trunk
-    (``gru``/``lstm``: the MLP feeds a recurrent cell) reports its width, and a linear value layer reads it.
+    ``kind`` names a registered model kind or a chain of them, ``options`` each kind's own (by kind): a
+    kind with a trunk (``gru``/``lstm``: the MLP feeds a recurrent cell) reports its width, and a linear
+    value layer reads it.
     """
-    if model_kind(kind).trunk is not None:
-        trunk = model_kind(kind).build_trunk(
-            group,
-            role="critic",
-            centralized=centralized,
-            share_params=share_params,
-            hidden=hidden,
-            activation=activation,
-            device=device,
-            options=options,
-        )
+    trunk = trunk_of(
+        group, kind, role="critic", centralized=centralized, share_params=share_params, hidden=hidden,
+        activation=activation, device=device, options=options or {},
+    )  # fmt: skip
+    if trunk is not None:
         return _critic_on(group, trunk, share_params, activation, device, value_norm, popart_beta)
     concat, obs_key, width = (None, group.observation_keys[0], None) if net is not None else flat_inputs(group)
     if net is None:

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from marl_ppo.models.registry import MODEL_KINDS
+from marl_ppo.models.registry import MODEL_KINDS, is_recurrent, kinds_of
 from marl_ppo.options import ConfigError, at_least, choice
 
 __all__ = ["ModelConfig"]
@@ -25,9 +25,10 @@ class ModelConfig:
     """Policy and critic networks (see ``docs/models.md``).
 
     Attributes:
-        kind: ``mlp``, ``gru``, ``lstm`` or a kind registered with
-            :func:`~marl_ppo.models.registry.register_model_kind`. A recurrent policy runs an MLP over each agent's
-            observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
+        kind: ``mlp``, ``gru``, ``lstm``, ``cnn``, ``deepsets``, ``gnn``, a kind registered with
+            :func:`~marl_ppo.models.registry.register_model_kind`, or a chain of kinds such as
+            ``[cnn, gru]`` (each kind reads the output of the one before it). A recurrent policy runs
+            an MLP over each agent's observation, then a GRU/LSTM cell (one hidden state per agent, reset at episode
             starts), then the action heads; the PPO update replays ``seq_len``-step chunks from
             the hidden states stored at collection.
         hidden: hidden layer sizes of every MLP (a recurrent model's MLP before its cell).
@@ -48,14 +49,14 @@ class ModelConfig:
             ``share_params``, ``rnn_hidden`` and ``options``, e.g. ``{adversary: {kind: gru}}``.
     """
 
-    kind: str = "mlp"
+    kind: Any = "mlp"
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     share_params: bool = True
     rnn_hidden: int = 128
     seq_len: int = 10
     critic: str = "group"
-    critic_kind: Optional[str] = None
+    critic_kind: Optional[Any] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -66,7 +67,7 @@ class ModelConfig:
         _check_kind_options("model.options", self.options)
         choice("model.critic", self.critic, ("group", "global"))
         at_least("model.seq_len", self.seq_len, 1)
-        if self.critic == "global" and self.critic_kind not in (None, "mlp"):
+        if self.critic == "global" and self.critic_kind not in (None, "mlp", ["mlp"]):
             raise ConfigError(
                 f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
                 "is an MLP (torchrl's CrossGroupCritic); use model.critic_kind=mlp or model.critic=group"
@@ -102,6 +103,10 @@ class ModelConfig:
             override["options"] = {k: {**self.options.get(k, {}), **given.get(k, {})} for k in {*self.options, *given}}
         return dataclasses.replace(self, groups={}, **override)
 
+    def options_by_kind(self, kind: str | list[str]) -> dict[str, dict[str, Any]]:
+        """:meth:`kind_options` of each kind of ``kind`` (one kind or a chain), by kind."""
+        return {k: self.kind_options(k) for k in kinds_of(kind)}
+
     def kind_options(self, kind: str) -> dict[str, Any]:
         """The options model kind ``kind`` is built with: its registry defaults, ``rnn_hidden`` for a kind
         that has that option, then ``options[kind]``."""
@@ -118,9 +123,22 @@ class ModelConfig:
     @property
     def recurrent(self) -> bool:
         """Whether any network of any group keeps a hidden state (a recurrent kind, see the registry)."""
-        kinds = {self.kind, self.group_critic_kind}
-        kinds |= {k for g in self.groups for k in (self.for_group(g).kind, self.for_group(g).group_critic_kind)}
-        return any(MODEL_KINDS[k].recurrent for k in kinds)
+        kinds = [self.kind, self.group_critic_kind]
+        kinds += [k for g in self.groups for k in (self.for_group(g).kind, self.for_group(g).group_critic_kind)]
+        return any(is_recurrent(k) for k in kinds)
+
+
+def _check_kind(where: str, kind: Any) -> None:
+    """One registered kind, or a chain of distinct ones (``[cnn, gru]``)."""
+    if isinstance(kind, str):
+        choice(where, kind, tuple(MODEL_KINDS))
+        return
+    if not isinstance(kind, (list, tuple)) or not kind or not all(isinstance(k, str) for k in kind):
+        raise ConfigError(f"{where} must be a model kind or a list of them (a chain, e.g. [cnn, gru]), got {kind!r}")
+    for k in kind:
+        choice(f"{where} (chain {list(kind)})", k, tuple(MODEL_KINDS))
+    if len(set(kind)) != len(kind):
+        raise ConfigError(f"{where}: a chain holds each kind once, got {list(kind)}")
 
 
 def _check_kind_options(where: str, options: Any) -> None:
@@ -161,9 +179,9 @@ def _same_type(value: Any, default: Any) -> bool:
 def _check_model_options(
     where: str, kind: str, critic_kind: str | None, hidden: list, activation: str, rnn_hidden: int
 ) -> None:
-    choice(f"{where}.kind", kind, tuple(MODEL_KINDS))
+    _check_kind(f"{where}.kind", kind)
     if critic_kind is not None:
-        choice(f"{where}.critic_kind", critic_kind, tuple(MODEL_KINDS))
+        _check_kind(f"{where}.critic_kind", critic_kind)
     choice(f"{where}.activation", activation, ("tanh", "relu", "elu", "gelu", "silu"))
     if not hidden or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
         raise ConfigError(f"{where}.hidden must list one or more layer sizes >= 1 (e.g. [256, 256]), got {hidden}")

@@ -33,11 +33,11 @@ The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["ModelKind", "Trunk", "MODEL_KINDS", "model_kind", "register_model_kind"]
+__all__ = ["ModelKind", "Trunk", "MODEL_KINDS", "model_kind", "register_model_kind", "kinds_of", "is_recurrent"]
 
 
 class Trunk(NamedTuple):
@@ -93,6 +93,17 @@ def model_kind(name: str) -> ModelKind:
         return MODEL_KINDS[name]
     except KeyError:
         raise ValueError(f"unknown model kind {name!r}; registered kinds: {sorted(MODEL_KINDS)}") from None
+
+
+def kinds_of(kind: str | Sequence[str]) -> list[str]:
+    """The kinds of ``model.kind``: one name, or a chain (``[cnn, gru]``: each kind's trunk reads the one
+    before it, see :mod:`~marl_ppo.models.chain`)."""
+    return [kind] if isinstance(kind, str) else list(kind)
+
+
+def is_recurrent(kind: str | Sequence[str]) -> bool:
+    """Whether a kind, or any kind of a chain, keeps a hidden state."""
+    return any(model_kind(k).recurrent for k in kinds_of(kind))
 
 
 def register_model_kind(kind: ModelKind) -> ModelKind:

@@ -100,8 +100,8 @@ def test_unshared_agents_each_have_their_own_stack():
 
 def test_a_centralised_critic_sees_the_other_agents_picture():
     torch.manual_seed(0)
-    critic = build_critic(_group((3, 9, 9)), centralized=True, kind="cnn", hidden=[8],
-                          options={"channels": [4], "kernels": [3], "strides": [1], "paddings": [0]})  # fmt: skip
+    options = {"cnn": {"channels": [4], "kernels": [3], "strides": [1], "paddings": [0]}}
+    critic = build_critic(_group((3, 9, 9)), centralized=True, kind="cnn", hidden=[8], options=options)
     images = torch.rand(3, 2, 3, 9, 9)
     v1 = critic(TensorDict({IMAGE: images}, [3]))["g", "state_value"]
     images[:, 1] = torch.rand(3, 3, 9, 9)
