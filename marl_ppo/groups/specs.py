@@ -24,7 +24,15 @@ from tensordict.utils import NestedKey
 from torchrl.data import Composite, OneHot, TensorSpec, Unbounded
 from torchrl.envs import EnvBase, ParallelEnv, TransformedEnv
 
-__all__ = ["GroupKeys", "GroupSpec", "GroupSpecError", "group_map", "read_group_specs", "seat_difference"]
+__all__ = [
+    "GroupKeys",
+    "GroupSpec",
+    "GroupSpecError",
+    "group_map",
+    "inputs_spec",
+    "read_group_specs",
+    "seat_difference",
+]
 
 
 class GroupSpecError(ValueError):
@@ -138,7 +146,7 @@ class GroupSpec:
             return self.observation_spec
         if self.observation_shape is None:
             raise ValueError(f"group {self.name!r} has neither observation_spec nor observation_shape")
-        return _inputs({self.observation_keys[0]: Unbounded(shape=self.observation_shape)}, self.n_agents)
+        return inputs_spec({self.observation_keys[0]: Unbounded(shape=self.observation_shape)}, self.n_agents)
 
     @property
     def agent_action_spec(self) -> TensorSpec:
@@ -153,7 +161,7 @@ class GroupSpec:
         return isinstance(self.action_spec, Composite)
 
 
-def _inputs(entries: dict, n_agents: int) -> Composite:
+def inputs_spec(entries: dict, n_agents: int) -> Composite:
     """A Composite of per-step ``entries`` at their full keys (each group's node shaped ``[n_agents]``)."""
     spec = Composite()
     for key, leaf in entries.items():
@@ -249,7 +257,7 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             raw_terminated_key=(group, "terminated") if (group, "terminated") in done_keys else None,
             action_mask_key=mask_key,
             observation_shape=tuple(obs_spec[obs_keys[0]].shape[batch_ndim:]),
-            observation_spec=_inputs({k: _step_spec(obs_spec[k], batch_ndim) for k in obs_keys}, len(agents)),
+            observation_spec=inputs_spec({k: _step_spec(obs_spec[k], batch_ndim) for k in obs_keys}, len(agents)),
             keys=GroupKeys.for_group(group, mask=(group, "mask") if "mask" in group_obs.keys() else None),
         )
     return specs

@@ -8,10 +8,10 @@ activated): ``[gnn, mlp]`` adds an MLP after the graph. Each kind takes its own 
 
 >>> import torch
 >>> from torchrl.data import Unbounded
->>> from marl_ppo.groups.specs import GroupSpec, _inputs
+>>> from marl_ppo.groups.specs import GroupSpec, inputs_spec
 >>> key = ("g", "observation")
 >>> group = GroupSpec("g", ("a", "b"), (key,), Unbounded(shape=(2, 2)), 0, ("g", "reward"),
-...                   observation_spec=_inputs({key: Unbounded(shape=(2, 6))}, 2))
+...                   observation_spec=inputs_spec({key: Unbounded(shape=(2, 6))}, 2))
 >>> trunk = trunk_of(group, ["gnn", "mlp"], role="actor", centralized=False, share_params=True, hidden=[8],
 ...                  activation="tanh", device=None, options={})
 >>> trunk.out_key, trunk.width, [m.out_keys[0] for m in trunk.module.module]
@@ -30,7 +30,7 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 from torchrl.data import Unbounded
 
-from marl_ppo.groups.specs import GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupSpec, inputs_spec
 from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import ACTIVATIONS, agent_mlp
 from marl_ppo.models.modules import TensorOutModule
@@ -83,7 +83,7 @@ def trunk_of(
             group,
             observation_keys=(trunk.out_key,),
             observation_shape=(n, trunk.width),
-            observation_spec=_inputs(read, n),
+            observation_spec=inputs_spec(read, n),
         )
     if len(modules) == 1:
         return trunk

@@ -13,10 +13,10 @@ Options (``model.options.cnn``): ``channels`` (per conv layer), ``kernels``, ``s
 
 >>> import torch
 >>> from torchrl.data import Unbounded
->>> from marl_ppo.groups.specs import GroupSpec, _inputs
+>>> from marl_ppo.groups.specs import GroupSpec, inputs_spec
 >>> image = ("g", "pixels")
 >>> group = GroupSpec("g", ("a", "b"), (image,), Unbounded(shape=(2, 3)), 0, ("g", "reward"),
-...                   observation_spec=_inputs({image: Unbounded(shape=(2, 8, 8, 3), dtype=torch.uint8)}, 2))
+...                   observation_spec=inputs_spec({image: Unbounded(shape=(2, 8, 8, 3), dtype=torch.uint8)}, 2))
 >>> trunk = cnn_trunk(group, group.inputs, role="actor", centralized=False, share_params=True, hidden=[16],
 ...                   activation="relu", device=None, **CNN_OPTIONS)
 >>> trunk.width, trunk.module.module.channels_last, trunk.module.module.scale

@@ -16,10 +16,10 @@ Options (``model.options.deepsets``): ``phi`` (φ's layer widths), ``pool``.
 
 >>> import torch
 >>> from torchrl.data import Unbounded
->>> from marl_ppo.groups.specs import GroupSpec, _inputs
+>>> from marl_ppo.groups.specs import GroupSpec, inputs_spec
 >>> key = ("g", "others")
 >>> group = GroupSpec("g", ("a", "b"), (key,), Unbounded(shape=(2, 3)), 0, ("g", "reward"),
-...                   observation_spec=_inputs({key: Unbounded(shape=(2, 5, 4))}, 2))
+...                   observation_spec=inputs_spec({key: Unbounded(shape=(2, 5, 4))}, 2))
 >>> trunk = deepsets_trunk(group, group.inputs, role="actor", centralized=False, share_params=True,
 ...                        hidden=[16], activation="tanh", phi=[8], pool="mean")
 >>> x = torch.randn(3, 2, 5, 4)

@@ -20,10 +20,10 @@ Options (``model.options.gnn``): ``topology``, ``radius``, ``position``, ``veloc
 
 >>> import torch
 >>> from torchrl.data import Unbounded
->>> from marl_ppo.groups.specs import GroupSpec, _inputs
+>>> from marl_ppo.groups.specs import GroupSpec, inputs_spec
 >>> key = ("g", "observation")
 >>> group = GroupSpec("g", ("a", "b", "c"), (key,), Unbounded(shape=(3, 2)), 0, ("g", "reward"),
-...                   observation_spec=_inputs({key: Unbounded(shape=(3, 6))}, 3))
+...                   observation_spec=inputs_spec({key: Unbounded(shape=(3, 6))}, 3))
 >>> trunk = gnn_trunk(group, group.inputs, role="actor", centralized=False, share_params=True, hidden=[16],
 ...                   activation="tanh", topology="from_pos", radius=1.0, position=[0, 2], velocity=None, layers=1)
 >>> obs = torch.zeros(4, 3, 6); obs[..., 0] = torch.tensor([0.0, 0.5, 3.0])

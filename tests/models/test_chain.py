@@ -19,7 +19,7 @@ from torchrl.data import Unbounded
 
 from marl_ppo.cli import main
 from marl_ppo.config import load_config
-from marl_ppo.groups.specs import GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupSpec, inputs_spec
 from marl_ppo.models.chain import mlp_trunk, trunk_of
 from marl_ppo.models.registry import MODEL_KINDS
 from marl_ppo.run.trainer import Trainer
@@ -28,7 +28,7 @@ from tests.envs import custom_envs
 KEY = ("g", "observation")
 GROUP = GroupSpec(
     "g", ("a", "b", "c"), (KEY,), Unbounded(shape=(3, 2)), 0, ("g", "reward"),
-    observation_spec=_inputs({KEY: Unbounded(shape=(3, 6))}, 3),
+    observation_spec=inputs_spec({KEY: Unbounded(shape=(3, 6))}, 3),
 )  # fmt: skip
 COMMON = dict(role="critic", share_params=True, hidden=[8, 5], activation="tanh", device=None)
 
@@ -39,7 +39,7 @@ def test_a_chain_is_its_parts_applied_in_turn():
     torch.manual_seed(0)
     gnn = MODEL_KINDS["gnn"].build_trunk(GROUP, centralized=True, options={}, **COMMON)
     after = dataclasses.replace(
-        GROUP, observation_keys=(gnn.out_key,), observation_spec=_inputs({gnn.out_key: Unbounded(shape=(3, 5))}, 3)
+        GROUP, observation_keys=(gnn.out_key,), observation_spec=inputs_spec({gnn.out_key: Unbounded(shape=(3, 5))}, 3)
     )
     mlp = mlp_trunk(after, after.inputs, centralized=False, **COMMON)
     td = TensorDict({KEY: torch.randn(4, 3, 6)}, [4])

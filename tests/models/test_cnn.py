@@ -24,7 +24,7 @@ from torchrl.data import Unbounded
 from marl_ppo.cli import main
 from marl_ppo.config import load_config
 from marl_ppo.envs.kinds import ENV_KINDS, EnvKind, register_env_kind
-from marl_ppo.groups.specs import GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupSpec, inputs_spec
 from marl_ppo.models.critic import build_critic
 from marl_ppo.models.registry import MODEL_KINDS
 from marl_ppo.run.trainer import Trainer
@@ -42,7 +42,7 @@ def _group(shape, dtype=torch.float32, n=2) -> GroupSpec:
         Unbounded(shape=(n, 2)),
         0,
         ("g", "reward"),
-        observation_spec=_inputs(entries, n),
+        observation_spec=inputs_spec(entries, n),
     )
 
 
@@ -129,7 +129,7 @@ def test_bad_cnn_options_are_refused_in_one_line(options, message):
 def test_a_cnn_on_a_vector_observation_is_refused_with_the_shapes():
     entries = {("g", "observation"): Unbounded(shape=(2, 7))}
     group = GroupSpec("g", ("a", "b"), (("g", "observation"),), Unbounded(shape=(2, 2)), 0, ("g", "reward"),
-                      observation_spec=_inputs(entries, 2))  # fmt: skip
+                      observation_spec=inputs_spec(entries, 2))  # fmt: skip
     with pytest.raises(ValueError, match=r"model kind 'cnn' reads one image per agent .* \{'observation': \[7\]\}"):
         _trunk(group)
 

@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from torchrl.data import Unbounded
 
 from marl_ppo.cli import main
-from marl_ppo.groups.specs import GroupKeys, GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupKeys, GroupSpec, inputs_spec
 from marl_ppo.models.critic import build_critic
 from marl_ppo.models.registry import MODEL_KINDS
 
@@ -28,7 +28,7 @@ def _group(masked: bool = False) -> GroupSpec:
     entries = {SET: Unbounded(shape=(N, 5, 4)), VEC: Unbounded(shape=(N, 2))}
     return GroupSpec(
         "g", ("a", "b", "c"), (SET, VEC), Unbounded(shape=(N, 2)), 0, ("g", "reward"),
-        observation_spec=_inputs(entries, N), keys=GroupKeys.for_group("g", mask=("g", "mask") if masked else None),
+        observation_spec=inputs_spec(entries, N), keys=GroupKeys.for_group("g", mask=("g", "mask") if masked else None),
     )  # fmt: skip
 
 

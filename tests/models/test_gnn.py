@@ -17,7 +17,7 @@ import torch
 from torchrl.data import Unbounded
 
 from marl_ppo.cli import main
-from marl_ppo.groups.specs import GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupSpec, inputs_spec
 from marl_ppo.models.registry import MODEL_KINDS
 from marl_ppo.options import ConfigError
 
@@ -27,7 +27,7 @@ KEY = ("g", "observation")
 def _graph(n=3, obs=5, **options):
     group = GroupSpec(
         "g", tuple(f"a{i}" for i in range(n)), (KEY,), Unbounded(shape=(n, 2)), 0, ("g", "reward"),
-        observation_spec=_inputs({KEY: Unbounded(shape=(n, obs))}, n),
+        observation_spec=inputs_spec({KEY: Unbounded(shape=(n, obs))}, n),
     )  # fmt: skip
     options = {**MODEL_KINDS["gnn"].options, "topology": "from_pos", "radius": 1.0, "position": [0, 2], **options}
     torch.manual_seed(0)

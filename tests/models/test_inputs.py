@@ -15,7 +15,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.data import Categorical, Unbounded
 
-from marl_ppo.groups.specs import GroupSpec, _inputs
+from marl_ppo.groups.specs import GroupSpec, inputs_spec
 from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic
 
@@ -30,7 +30,7 @@ def _group(split: bool, parcel_shape=(N, 3)) -> GroupSpec:
         keys, entries = (("g", "observation"),), {("g", "observation"): Unbounded(shape=(N, 5))}
     return GroupSpec(
         "g", ("a", "b"), keys, Categorical(4, shape=(1, N)), 1, ("g", "reward"),
-        observation_shape=tuple(entries[keys[0]].shape), observation_spec=_inputs(entries, N),
+        observation_shape=tuple(entries[keys[0]].shape), observation_spec=inputs_spec(entries, N),
     )  # fmt: skip
 
 
