@@ -9,8 +9,8 @@ any other per-agent rank (an image, a set) is refused with the kinds that do rea
 >>> from torchrl.data import Unbounded
 >>> from marl_ppo.groups.specs import GroupSpec, inputs_spec
 >>> keys = (("g", "pos"), ("g", "goal"))
->>> spec = GroupSpec("g", ("a", "b"), keys, Unbounded(shape=(2, 2)), 0, ("g", "reward"),
-...                  observation_spec=inputs_spec({keys[0]: Unbounded(shape=(2, 2)), keys[1]: Unbounded(shape=(2, 3))}, 2))
+>>> entries = inputs_spec({keys[0]: Unbounded(shape=(2, 2)), keys[1]: Unbounded(shape=(2, 3))}, 2)
+>>> spec = GroupSpec("g", ("a", "b"), keys, Unbounded(shape=(2, 2)), 0, ("g", "reward"), observation_spec=entries)
 >>> module, key, width = flat_inputs(spec)
 >>> key, width, module.in_keys
 (('g', 'observation_vector'), 5, [('g', 'pos'), ('g', 'goal')])
