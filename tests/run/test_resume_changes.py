@@ -67,7 +67,7 @@ def test_a_changed_entropy_coefficient_and_clip_are_in_force_from_the_resumed_it
     assert [v for _, v in entropy_loss[:2]] == [0.0, 0.0] and all(v != 0.0 for _, v in entropy_loss[2:])
     router = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["router"]
     assert router["losses.agents.clip_epsilon"].item() == pytest.approx(0.1)
-    assert router["losses.agents.base_head_entropy_coeffs"].tolist() == pytest.approx([0.5])
+    assert router["losses.agents.head_entropy_coeffs"].tolist() == pytest.approx([0.5])  # as configured now
     notes = (run / "resume.log").read_text()
     assert "changed loss.clip_epsilon: 0.2 -> 0.1" in notes and "changed loss.entropy_coeff: 0.0 -> 0.5" in notes
 

@@ -255,8 +255,8 @@ def test_nan_loss_stops_with_training_error(tmp_path, monkeypatch, tiny_config):
     real_forward = GroupRouter.forward
     calls = {"n": 0}
 
-    def forward_nan_from_third_call(self, td):
-        losses = real_forward(self, td)
+    def forward_nan_from_third_call(self, td, *args):
+        losses = real_forward(self, td, *args)
         calls["n"] += 1
         if calls["n"] >= 3:
             losses.set(("agents", "loss_objective"), losses.get(("agents", "loss_objective")) * float("nan"))
@@ -476,8 +476,8 @@ def test_non_finite_loss_checked_once_per_epoch_names_the_bad_minibatch(monkeypa
     real_forward = GroupRouter.forward
     calls = {"n": 0}
 
-    def forward_nan_on_second_call(self, td):
-        losses = real_forward(self, td)
+    def forward_nan_on_second_call(self, td, *args):
+        losses = real_forward(self, td, *args)
         calls["n"] += 1
         if calls["n"] == 2:
             losses.set(("agents", "loss_critic"), losses.get(("agents", "loss_critic")) * float("nan"))
