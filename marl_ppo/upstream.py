@@ -44,6 +44,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     *(PrivateName(o, "_log_weight", "override", "core/losses.py", ("tensordict", "adv_shape")) for o in _PPO),
     *(PrivateName(o, "_get_cur_log_prob", "override", "core/losses.py", ("tensordict", "params")) for o in _PPO),
     *(PrivateName(o, "_weighted_loss_entropy", "override", "core/losses.py", ("entropy",)) for o in _PPO),
+    *(PrivateName(o, "_loss_mask_keys", "override", "core/losses.py", ()) for o in _PPO),
     *(
         PrivateName(
             o, "_maybe_normalize_advantage", "override", "core/losses.py", ("advantage", "tensordict", "update_norm")

@@ -1,19 +1,21 @@
-"""HAPPO's sequential update mode: the groups updated one after another (Kuba et al., ICLR 2022).
+"""HAPPO's sequential update mode: the units updated one after another (Kuba et al., ICLR 2022).
 
-Each iteration the groups are put in an order (``order="random"``: drawn from the first
-generator, so a resumed run draws the same; ``"fixed"``: the router's order). The first group
-runs PPO's epochs on its own policy loss as :func:`~marl_ppo.core.update.ppo_update` runs them;
-then, with its policy updated, the joint probability ratio of its actions, ``exp(log pi_new -
-log pi_old)`` summed over its agents (and heads), multiplies a per-sample weight ``M`` (1 at the
-start). The next group's advantages are multiplied by ``M`` after their standardisation, so its
-clipped surrogate is ``M * min(r A, clip(r) A)``; and so on. ``M`` is not clipped (HARL's choice).
-The critics are trained once after all the policies (``critic="after"``, HARL's way) on the same
-batch and epochs, or each with its policy (``critic="with_actor"``); with one group and
-``with_actor`` the update is the joint step, bit for bit.
+The units are the groups whose agents share parameters, and each agent of a group whose agents
+have their own (:func:`units_of`; ``model.share_params=false``, as HARL runs HAPPO). Each iteration
+the units are put in an order (``order="random"``: drawn from the first generator, so a resumed run
+draws the same; ``"fixed"``: the router's order). The first unit runs PPO's epochs on its own policy
+loss as :func:`~marl_ppo.core.update.ppo_update` runs them (an agent's unit: its group's loss masked
+to that agent, so no other agent's parameters move); then, with its policy updated, the probability
+ratio of its joint action, ``exp(log pi_new - log pi_old)`` summed over its agents (and heads),
+multiplies a per-sample weight ``M`` (1 at the start). The next unit's advantages are multiplied by
+``M`` after their standardisation, so its clipped surrogate is ``M * min(r A, clip(r) A)``; and so
+on. ``M`` is not clipped (HARL's choice). The critics are trained once after all the policies
+(``critic="after"``, HARL's way) on the same batch and epochs, or each with its policy
+(``critic="with_actor"``); with one group whose agents share parameters and ``with_actor`` the
+update is the joint step, bit for bit.
 
-The units are the groups: a group's agents move together (one unit), whether or not they share
-parameters. The guarantee of monotonic improvement assumes the units share no parameters, so a
-group playing with another's networks is refused by the config.
+The guarantee of monotonic improvement assumes the units share no parameters: a group whose agents
+share them is one unit, and a group playing with another group's networks is refused by the config.
 
 >>> from marl_ppo.core.happo import unit_order
 >>> import torch
@@ -41,16 +43,25 @@ __all__ = ["happo_update", "unit_order"]
 _CRITIC_TERMS = ("loss_critic",)
 
 
-def unit_order(groups: Sequence[str], order: str, generator: torch.Generator | None) -> list[str]:
-    """This iteration's order of the groups: a permutation drawn from ``generator`` or the given order.
-    One group draws nothing (its update is then the joint step's, generator state included)."""
-    groups = list(groups)
-    if order == "fixed" or len(groups) == 1:
-        return groups
+def unit_order(units: Sequence, order: str, generator: torch.Generator | None) -> list:
+    """This iteration's order of the units: a permutation drawn from ``generator`` or the given order.
+    One unit draws nothing (its update is then the joint step's, generator state included)."""
+    units = list(units)
+    if order == "fixed" or len(units) == 1:
+        return units
     if order != "random":
         raise ValueError(f"HAPPO's order must be 'random' or 'fixed', got {order!r}")
     device = generator.device if generator is not None else "cpu"
-    return [groups[i] for i in torch.randperm(len(groups), generator=generator, device=device).tolist()]
+    return [units[i] for i in torch.randperm(len(units), generator=generator, device=device).tolist()]
+
+
+def units_of(router: GroupRouter) -> list[tuple[str, int | None]]:
+    """The sequential units: ``(group, None)`` for a group whose agents share parameters (or of one agent),
+    ``(group, i)`` for each agent ``i`` of a group whose agents have their own (:attr:`GroupRouter.unshared`)."""
+    return [
+        (g, i) for g, spec in router.groups.items()
+        for i in (range(spec.n_agents) if g in router.unshared and spec.n_agents > 1 else [None])
+    ]  # fmt: skip
 
 
 def _select(losses: TensorDictBase, groups: Sequence[str], names: Sequence[str] | None, skip=()) -> TensorDictBase:
@@ -63,9 +74,38 @@ def _select(losses: TensorDictBase, groups: Sequence[str], names: Sequence[str] 
     return TensorDict(out, batch_size=losses.batch_size)
 
 
-def _joint_log_ratio(router: GroupRouter, g: str, batch: TensorDictBase, seq_len: int | None) -> torch.Tensor:
-    """``log pi_new - log pi_old`` of group ``g``'s joint action per sample of ``batch`` (its agents summed,
-    those masked out counting 0): ``batch``'s shape."""
+class _AgentStep:
+    """The step of an agent's unit: ``step``, after which every element of the group's parameters that
+    got no gradient (the other agents' slices of per-agent weights) gets back its value and its Adam
+    moments. One optimizer holds a group's per-agent weights as one tensor; without this, the other
+    agents would keep moving on their momentum during this agent's unit."""
+
+    def __init__(self, step: AggregatedStep, params: list[torch.Tensor]) -> None:
+        self.step, self.params = step, params
+        self.seeds, self.alive, self.failures = step.seeds, step.alive, step.failures
+
+    def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
+        state = self.step.optimizer.state
+        kept = [
+            [t.detach().clone() for t in (p, *state.get(p, {}).values()) if t.shape == p.shape] for p in self.params
+        ]
+        out = self.step(losses)
+        with torch.no_grad():
+            for p, old in zip(self.params, kept):
+                if p.grad is None:
+                    continue
+                idle = p.grad == 0
+                now = [t for t in (p, *state.get(p, {}).values()) if t.shape == p.shape]
+                for t, before in zip(now, old):
+                    t.copy_(torch.where(idle, before, t))
+        return out
+
+
+def _joint_log_ratio(
+    router: GroupRouter, g: str, agent: int | None, batch: TensorDictBase, seq_len: int | None
+) -> torch.Tensor:
+    """``log pi_new - log pi_old`` of unit ``(g, agent)``'s joint action per sample of ``batch`` (a whole
+    group's agents summed, those masked out counting 0): ``batch``'s shape."""
     spec, loss = router.groups[g], router.losses[g]
     if router.recurrent_keys:  # replayed in chunks from the stored states, as the update does
         chunks = sequence_chunks(batch, seq_len)
@@ -76,7 +116,7 @@ def _joint_log_ratio(router: GroupRouter, g: str, batch: TensorDictBase, seq_len
     mask = batch.get(spec.keys.mask, None) if spec.keys.mask is not None else None
     if mask is not None:
         per_agent = per_agent * mask.reshape(per_agent.shape)
-    return per_agent.sum(-1)
+    return per_agent.sum(-1) if agent is None else per_agent[..., agent]
 
 
 def happo_update(
@@ -107,32 +147,40 @@ def happo_update(
     router = stack.template
     first = generator[0] if isinstance(generator, Sequence) else generator
     run = dict(num_epochs=num_epochs, minibatch_size=minibatch_size, generator=generator, seq_len=seq_len, **kwargs)
-    units = unit_order(list(router.groups), order, first)
-    batch = batch.clone(False)  # the weights are this update's, not the collected batch's
+    units = unit_order(units_of(router), order, first)
+    batch = batch.clone(False)  # the weights and masks are this update's, not the collected batch's
     weight = torch.ones(batch.shape, device=batch.device)
     skip = _CRITIC_TERMS if critic == "after" else ()
-    out, passes = {}, []
-    for i, g in enumerate(units):
-        spec = router.groups[g]
+    out: dict[str, list[TensorDictBase]] = {g: [] for g in router.groups}
+    passes = []
+    for i, (g, agent) in enumerate(units):
+        keys, n = router.groups[g].keys, router.groups[g].n_agents
         if i:  # the first unit trains as the joint step would: no weight entry at all
-            batch.set(
-                spec.keys.update_weight, weight.reshape(*batch.shape, 1, 1).expand(*batch.shape, spec.n_agents, 1)
-            )
+            batch.set(keys.update_weight, weight.reshape(*batch.shape, 1, 1).expand(*batch.shape, n, 1))
+        unit_step = step
+        if agent is not None:  # this agent's terms only; the others' weights stay where they are
+            only = torch.zeros(*batch.shape, n, 1, dtype=torch.bool, device=batch.device)
+            only[..., agent, :] = True
+            batch.set(keys.update_mask, only)
+            unit_step = _AgentStep(step, [p for p in router.losses[g].parameters() if p.requires_grad])
         stats = ppo_update(
-            stack, step, batch, groups=[g], terms=lambda losses, g=g: _select(losses, [g], None, skip), **run
+            stack, unit_step, batch, groups=[g], terms=lambda losses, g=g: _select(losses, [g], None, skip), **run
         )
-        out[g], passes = stats.get(g), [*passes, stats]
+        out[g].append(stats.get(g))
+        passes.append(stats)
         if i < len(units) - 1:
-            weight = weight * _joint_log_ratio(router, g, batch, seq_len).exp()
-        batch.exclude(spec.keys.update_weight, inplace=True)
+            weight = weight * _joint_log_ratio(router, g, agent, batch, seq_len).exp()
+        batch.exclude(keys.update_weight, keys.update_mask, inplace=True)
+    total = TensorDict({g: torch.stack(stats).mean(0) for g, stats in out.items()}, batch_size=[])
     if critic == "after":
-        stats = ppo_update(stack, step, batch, terms=lambda losses: _select(losses, units, _CRITIC_TERMS), **run)
-        for g in units:
+        stats = ppo_update(
+            stack, step, batch, terms=lambda losses: _select(losses, list(router.groups), _CRITIC_TERMS), **run
+        )
+        for g in router.groups:
             for name in ("loss_critic", "explained_variance", "value_clip_fraction"):
                 if name in stats.get(g).keys():
-                    out[g].set(name, stats.get((g, name)))
+                    total.set((g, name), stats.get((g, name)))
         passes.append(stats)
-    total = TensorDict(out, batch_size=[])
     total.set("loss", torch.stack([p.get("loss") for p in passes]).sum(0))
     total.set("grad_norm", torch.stack([p.get("grad_norm") for p in passes]).mean(0))
     return total

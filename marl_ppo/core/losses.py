@@ -117,7 +117,9 @@ class _PerHeadLoss:
     * ``per_element``: record the per-element log-weight, KL and entropy (see :class:`LossRecord`);
     * ``weight_key``: where a sequential update mode puts a per-sample weight of the advantage
       (HAPPO's M, :mod:`marl_ppo.core.happo`), applied after the advantage's standardisation; a batch
-      without that entry trains as torchrl's loss does.
+      without that entry trains as torchrl's loss does;
+    * ``unit_mask_key``: where a sequential update mode marks the agents of the group it updates
+      (HAPPO's units of one agent), a loss mask joined to torchrl's own (``mask_key``).
 
     A call may scale every entropy coefficient: ``loss(td, entropy_scale=s)`` (the training state's
     schedule value, a 0-dim tensor so that a compiled loss does not recompile as it changes); without
@@ -135,6 +137,7 @@ class _PerHeadLoss:
         mask_key: Any = None,
         per_element: bool = False,
         weight_key: Any = None,
+        unit_mask_key: Any = None,
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
@@ -147,7 +150,7 @@ class _PerHeadLoss:
         object.__setattr__(self, "_value_norm", value_norm)  # the critic's, not a second registration
         self.loss_mask_key = mask_key
         self.record = LossRecord(per_element)
-        self.weight_key = weight_key
+        self.weight_key, self.unit_mask_key = weight_key, unit_mask_key
 
     def forward(self, tensordict, entropy_scale: torch.Tensor | None = None):
         """torchrl's loss on ``tensordict``, every entropy coefficient times ``entropy_scale`` (if given)."""
@@ -161,6 +164,10 @@ class _PerHeadLoss:
         advantage = super()._maybe_normalize_advantage(advantage, tensordict, update_norm=update_norm)
         weight = None if self.weight_key is None else tensordict.get(self.weight_key, None)
         return advantage if weight is None else advantage * weight
+
+    def _loss_mask_keys(self):
+        keys = super()._loss_mask_keys()  # torchrl ANDs every mask it finds among these
+        return keys if self.unit_mask_key is None else (*keys, self.unit_mask_key)
 
     @torch.no_grad()
     def log_ratio(self, tensordict) -> torch.Tensor:

@@ -90,6 +90,8 @@ class GroupRouter(nn.Module):
             (:class:`~marl_ppo.models.modules.Networks`, as :func:`~marl_ppo.models.build_models`
             and the ``networks=`` of the actor and critic builders record it); kept as
             :attr:`networks`, what bundles, seats and pools read.
+        unshared: the groups whose agents each have their own policy parameters (kept as
+            :attr:`unshared`; a sequential update mode makes each of their agents a unit of its own).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class GroupRouter(nn.Module):
         lmbda: float = 0.9,
         bundle_groups: bool = True,
         networks: Networks | None = None,
+        unshared: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.networks = networks if networks is not None else Networks()  # the agent MLPs the modules run
@@ -119,6 +122,7 @@ class GroupRouter(nn.Module):
             if missing:
                 raise KeyError(f"no {name} for group(s) {missing}; {name}s given for {sorted(modules)}")
         self.groups = dict(groups)
+        self.unshared = [g for g in self.groups if g in set(unshared)]
         self.algorithm = algorithm
         self.clip_epsilon = clip_epsilon
         self.heads = {g: action_heads(spec) for g, spec in self.groups.items()}
@@ -196,6 +200,7 @@ class GroupRouter(nn.Module):
             mask_key=keys.mask,
             per_element=per_element,
             weight_key=keys.update_weight,
+            unit_mask_key=keys.update_mask,
             **self._loss_kwargs,
             **extra,
         )
@@ -283,7 +288,8 @@ class GroupRouter(nn.Module):
             device=device,
             shared=shared,
         )
-        router = cls(groups, actors, critics, algorithm=algorithm, networks=networks, **loss_kwargs)
+        unshared = [g for g in groups if not model.for_group(g).share_params]
+        router = cls(groups, actors, critics, algorithm=algorithm, networks=networks, unshared=unshared, **loss_kwargs)
         # the losses' own buffers (clip bounds, coefficients) join the networks on the device
         return router if device is None else router.to(device)
 

@@ -102,7 +102,8 @@ def ppo_update(
 
     A sequential update mode (:mod:`marl_ppo.core.happo`) runs this loop per unit: ``groups`` computes
     only those groups' losses, ``terms`` picks the ``loss_*`` terms the step takes from them (default:
-    all), and a group's ``update_weight`` entry in ``batch``, if any, weights its advantages.
+    all), and a group's ``update_weight`` and ``update_mask`` entries in ``batch``, if any, weight its
+    advantages and mask its loss to some of its agents.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
     seeds, router = stack.seeds, stack.template
@@ -112,8 +113,8 @@ def ppo_update(
     if step.seeds != seeds:
         raise ValueError(f"the step is built for {step.seeds} seed(s), the model has {seeds}")
     present = batch.keys(include_nested=True)
-    weights = [s.keys.update_weight for s in router.groups.values() if s.keys.update_weight in present]
-    selected = batch.select(*update_keys(router), *weights)
+    unit = [k for s in router.groups.values() for k in (s.keys.update_weight, s.keys.update_mask) if k in present]
+    selected = batch.select(*update_keys(router), *unit)
     recurrent = bool(router.recurrent_keys)
     if recurrent:
         if seq_len is None:

@@ -58,6 +58,7 @@ class GroupKeys:
     terminated: NestedKey
     episode_reward: NestedKey
     update_weight: NestedKey
+    update_mask: NestedKey
     mask: NestedKey | None = None
 
     # field -> the entry's name under the group's key
@@ -72,6 +73,7 @@ class GroupKeys:
         "terminated": "train_terminated",
         "episode_reward": "episode_reward",
         "update_weight": "update_weight",
+        "update_mask": "update_mask",
     }
 
     @classmethod

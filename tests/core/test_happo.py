@@ -26,7 +26,7 @@ from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.happo import happo_update, unit_order
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.update import ppo_update
-from tests.core.test_bundles import HIDDEN, move_policies, spec, synthetic_batch
+from tests.core.test_bundles import HIDDEN, B, T, move_policies, spec, synthetic_batch
 from tests.run.test_recovery import FPB, ROOT, TINY, assert_straight_equals_crash_then_resume
 
 
@@ -64,6 +64,34 @@ def test_the_second_group_is_weighted_by_the_first_groups_joint_ratio_after_its_
     assert seen["b"].shape == (*batch.shape, 3, 1)
     assert_close(seen["b"], m[..., None, None].expand(*batch.shape, 3, 1), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(m, torch.ones_like(m), atol=1e-3)  # the policy moved: M is not 1
+
+
+def test_the_agents_of_a_group_without_shared_parameters_are_units_of_their_own(monkeypatch):
+    groups = {"a": spec("a", 2)}
+    router = _router(groups, share_params=False)
+    assert happo.units_of(router) == [("a", 0), ("a", 1)] and router.unshared == ["a"]
+    batch = _batch(groups, router)
+    move_policies(router)
+    weights = [p for name, p in router.named_parameters() if name.startswith("losses.a.actor_network")]
+    assert weights and all(p.shape[0] == 2 for p in weights)  # torchrl's per-agent weights, stacked
+    seen = []
+
+    def spy(model, step, batch, *, groups=None, **kwargs):
+        before = [p.detach().clone() for p in weights]
+        out = ppo_update(model, step, batch, groups=groups, **kwargs)
+        moved = [[not torch.equal(b[i], p[i]) for i in range(2)] for b, p in zip(before, weights)]
+        seen.append((batch.get(("a", "update_weight"), None), batch.get(("a", "update_mask"), None), moved))
+        return out
+
+    monkeypatch.setattr(happo, "ppo_update", spy)
+    happo_update(router, AggregatedStep(router, lr=1e-2), batch, num_epochs=2, minibatch_size=8, order="fixed")
+    (w0, mask0, moved0), (w1, mask1, moved1), (_, mask_c, _) = seen
+    assert w0 is None and mask0[..., :, 0].tolist() == [[[True, False]] * T] * B and mask_c is None
+    assert all(m == [True, False] for m in moved0) and all(m == [False, True] for m in moved1)  # one agent each
+    with torch.no_grad():  # M for agent 1: agent 0's ratio alone, after its update
+        dist = router.losses["a"].actor_network.get_dist(batch)
+        log_ratio = (dist.log_prob(batch["a", "action"]) - batch["a", "action_log_prob"])[..., 0]
+    assert_close(w1[..., 1, 0], log_ratio.exp(), rtol=1e-5, atol=1e-6)
 
 
 def test_one_group_with_its_critic_is_the_joint_step_bit_for_bit():
