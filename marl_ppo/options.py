@@ -22,6 +22,7 @@ PACKAGES = {
     "train.collector.backend: ray": ("ray", "cluster"),
     "--launcher ray": ("ray", "cluster"),
     "--launcher slurm": ("submitit", "cluster"),
+    "env.kind: mamujoco": ("gymnasium_robotics", "mamujoco"),
 }
 
 

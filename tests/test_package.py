@@ -204,7 +204,7 @@ def test_dry_run_builds_everything_and_writes_nothing(tmp_path, capsys, monkeypa
 EXTRAS_ONLY = {
     "tensorboard", "wandb", "mlflow", "mlflow-skinny", "ray", "submitit", "optuna", "mkdocs", "mkdocs-material",
     "mkdocstrings", "pytest", "ruff", "nbclient", "nbformat", "ipykernel", "jupyter", "jupyter-client", "build",
-    "open-spiel", "shimmy",
+    "open-spiel", "shimmy", "gymnasium-robotics", "mujoco",
 }  # fmt: skip
 
 

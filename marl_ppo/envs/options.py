@@ -107,7 +107,7 @@ class EnvConfig:
             for name, value in vmas_only.items():
                 if value:
                     raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
-            if self.kind == "pettingzoo" and self.device != "cpu":
+            if self.kind in ("pettingzoo", "mamujoco") and self.device != "cpu":
                 raise ConfigError(
                     f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu"
                 )

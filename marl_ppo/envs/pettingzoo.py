@@ -56,7 +56,7 @@ from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
-__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs"]
+__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
 
@@ -197,7 +197,8 @@ def _wrapper_class(seeds_in_31_bits: bool = True) -> type:
     return _Wrapper if seeds_in_31_bits else _Faster
 
 
-def _wrap(game: Any, group_map_name: str | None, seed: int, **options: Any) -> EnvBase:
+def wrap_game(game: Any, group_map_name: str | None, seed: int, **options: Any) -> EnvBase:
+    """A PettingZoo game (AEC or parallel) in torchrl's wrapper, masks on, observations flattened where needed."""
     from torchrl.envs.utils import MarlGroupMapType
 
     with _quiet_version_notice():
@@ -288,7 +289,7 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> Env
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
             raise _missing_dependency(task, err.__cause__) from err.__cause__
         raise
-    return _wrap(game, group_map_name, seed)
+    return wrap_game(game, group_map_name, seed)
 
 
 def _import_env_module(path: str):
@@ -394,7 +395,7 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
     game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, path)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
-    return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+    return wrap_game(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
 
 
 def _registry_spec(env_id: str):
@@ -428,4 +429,4 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
     where = f"pettingzoo.make({env_id!r}, **env.kwargs)"
     game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, spec.entry_point.partition(":")[0])
-    return _wrap(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+    return wrap_game(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))

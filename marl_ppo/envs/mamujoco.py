@@ -1,0 +1,91 @@
+"""Multi-Agent MuJoCo (``gymnasium-robotics``' ``mamujoco_v1``, PettingZoo's parallel API): ``env.kind=mamujoco``.
+
+``env.scenario`` is the robot (``HalfCheetah``, ``Ant``, ``Walker2d``, ...), ``env.kwargs.agent_conf``
+how its joints are split among agents (``2x3``: two agents of three joints), ``env.kwargs.agent_obsk``
+how far along the body an agent sees (1 by default), and any other keyword of ``mamujoco_v1.parallel_env``.
+Episodes are truncated at ``env.max_steps`` (MuJoCo's own 1 000 by default in the shipped configs).
+The agents are named ``agent_<i>``, so torchrl groups them as one group ``agent``; with
+``model.share_params=false`` each has its own weights, and HAPPO updates them one after another.
+
+torchrl 0.14.1's PettingZoo wrapper builds its info spec from the first reset and then fails on the
+per-agent reward terms MaMuJoCo's ``step`` adds to the infos (``'NoneType' object does not support item
+assignment``): the infos are dropped here (they are reward components, not observations).
+
+Needs the optional extra ``mamujoco`` (``pip install 'marl-ppo[mamujoco]'``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from torchrl.envs import EnvBase, ParallelEnv, SerialEnv
+
+from marl_ppo.envs.options import EnvConfig
+from marl_ppo.envs.pettingzoo import wrap_game
+from marl_ppo.envs.workers import workers_ignore_stop_signals
+from marl_ppo.options import ConfigError, check_installed
+
+__all__ = ["make_mamujoco", "SCENARIOS"]
+
+# the robots and agent splits of gymnasium-robotics 1.4 (obsk.get_parts_and_edges), for the error of a bad one
+SCENARIOS = {
+    "HalfCheetah": ["2x3", "6x1"],
+    "Ant": ["2x4", "2x4d", "4x2", "8x1"],
+    "Walker2d": ["2x3"],
+    "Hopper": ["3x1"],
+    "Humanoid": ["9|8"],
+    "Swimmer": ["2x1"],
+    "Reacher": ["2x1"],
+    "Pusher": ["3p"],
+    "CoupledHalfCheetah": ["1p1"],
+    "ManySegmentSwimmer": ["<n>x<k>"],
+    "ManySegmentAnt": ["<n>x<k>"],
+}
+
+
+def _without_infos(game: Any) -> Any:
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class _NoInfos(BaseParallelWrapper):
+        def reset(self, seed=None, options=None):
+            observations, _ = self.env.reset(seed=seed, options=options)
+            return observations, {a: {} for a in observations}
+
+        def step(self, actions):
+            observations, rewards, terminations, truncations, _ = self.env.step(actions)
+            return observations, rewards, terminations, truncations, {a: {} for a in observations}
+
+    return _NoInfos(game)
+
+
+def _game(cfg: EnvConfig) -> Any:
+    check_installed(["env.kind: mamujoco"])
+    from gymnasium_robotics import mamujoco_v1
+
+    kwargs = {"agent_conf": None, "agent_obsk": 1, **cfg.kwargs, "max_episode_steps": cfg.max_steps}
+    try:
+        return mamujoco_v1.parallel_env(cfg.scenario, **kwargs)
+    except TypeError as err:
+        raise ConfigError(f"env.kwargs for MaMuJoCo {cfg.scenario!r}: {err}") from None
+    except Exception as err:  # gymnasium-robotics raises bare Exception/NotImplementedError for an unknown split
+        known = ", ".join(f"{s} {c}" for s, c in SCENARIOS.items())
+        raise ConfigError(
+            f"MaMuJoCo has no scenario {cfg.scenario!r} with agent_conf {kwargs['agent_conf']!r} ({err}); "
+            f"scenarios and their agent_conf: {known}"
+        ) from None
+
+
+def _copy(cfg: EnvConfig, seed: int) -> EnvBase:
+    return wrap_game(_without_infos(_game(cfg)), None, seed, done_on_any=False)
+
+
+def make_mamujoco(cfg: EnvConfig, *, seed: int, num_envs: int, device=None) -> EnvBase:
+    """``num_envs`` copies of the MaMuJoCo scenario ``cfg`` names, in a ``SerialEnv`` (``ParallelEnv``
+    with ``env.parallel=true``)."""
+    _copy(cfg, seed).close()  # a bad scenario or split fails here, in this process, in one line
+    fns = [partial(_copy, cfg, seed + i) for i in range(num_envs)]
+    env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
+    with workers_ignore_stop_signals():
+        env.set_seed(seed)
+    return env
