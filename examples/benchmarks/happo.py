@@ -2,7 +2,8 @@
 
 Each (algorithm, seed) is one ``marl-ppo train`` child process (``model.share_params=false``, as HARL
 runs HAPPO), one after another; the script prints each algorithm's final evaluation return per
-group (mean, sd over seeds), Welch's t-test between the two, and the wall time per run.
+group (mean, sd over seeds) and its training return (sampled actions, the mean of the last three
+collected batches), Welch's t-test between the two on each, and the wall time per run.
 
     .venv/bin/python examples/benchmarks/happo.py --seeds 0,1,2 --frames 120000
     .venv/bin/python examples/benchmarks/happo.py --task simple_tag --seeds 0,1,2
@@ -38,7 +39,11 @@ def _run(task: str, algorithm: str, seed: int, frames: int, extra: list[str], ro
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
-    return json.loads((root / name / "summary.json").read_text()), time.perf_counter() - start
+    summary = json.loads((root / name / "summary.json").read_text())
+    for csv in (root / name / "logs" / "scalars" / "collect").glob("*/episode_reward.csv"):
+        last = [float(line.split(",")[1]) for line in csv.read_text().splitlines()[-3:]]
+        summary[f"collect/{csv.parent.name}/episode_reward"] = sum(last) / len(last)  # the last 3 batches
+    return summary, time.perf_counter() - start
 
 
 def main() -> None:
@@ -61,22 +66,29 @@ def main() -> None:
                 times[algorithm].append(seconds)
     groups = sorted(k.split("/")[1] for k in results["mappo"][0] if k.startswith("eval/") and k.endswith("reward"))
     print(f"{args.task}, {frames} frames, seeds {seeds}, model.share_params=false")
-    print("| algorithm | " + " | ".join(f"eval {g} (mean ± sd)" for g in groups) + " | seconds per run |")
-    print("|---|" + "---|" * (len(groups) + 1))
+    columns = [f"{kind}/{g}/episode_reward" for g in groups for kind in ("eval", "collect")]
+    print(
+        "| algorithm | "
+        + " | ".join(f"{c.split('/')[0]} {c.split('/')[1]} (mean ± sd)" for c in columns)
+        + " | s/run |"
+    )
+    print("|---|" + "---|" * (len(columns) + 1))
     for algorithm in ALGORITHMS:
         cells = []
-        for g in groups:
-            values = [s[f"eval/{g}/episode_reward"] for s in results[algorithm]]
+        for column in columns:
+            values = [s[column] for s in results[algorithm]]
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.mean(values):.3f} ± {sd:.3f}")
+            cells.append(f"{statistics.mean(values):.1f} ± {sd:.1f}")
         print(f"| {algorithm} | " + " | ".join(cells) + f" | {statistics.mean(times[algorithm]):.0f} |")
     if len(seeds) > 1:
         from scipy.stats import ttest_ind
 
-        for g in groups:
-            a, b = ([s[f"eval/{g}/episode_reward"] for s in results[x]] for x in ("happo", "mappo"))
+        for column in columns:
+            a, b = ([s[column] for s in results[x]] for x in ("happo", "mappo"))
             test = ttest_ind(a, b, equal_var=False)
-            print(f"{g}: happo - mappo = {statistics.mean(a) - statistics.mean(b):+.3f}, Welch p = {test.pvalue:.3f}")
+            print(
+                f"{column}: happo - mappo = {statistics.mean(a) - statistics.mean(b):+.1f}, Welch p = {test.pvalue:.3f}"
+            )
 
 
 if __name__ == "__main__":
