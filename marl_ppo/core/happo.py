@@ -136,8 +136,8 @@ def happo_update(
 
     Takes :func:`~marl_ppo.core.update.ppo_update`'s arguments (passed on to it for each unit) and
     the ``loss.happo`` options ``order`` and ``critic``. Returns each group's diagnostics from its
-    own unit (its critic's from the critic pass with ``critic="after"``), and ``loss``/``grad_norm``
-    summed/averaged over the passes.
+    own unit (averaged over its agents' units; its critic's from the critic pass with
+    ``critic="after"``), and ``loss``/``grad_norm`` summed/averaged over the passes.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
     if stack.seeds > 1:
