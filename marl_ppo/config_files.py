@@ -7,8 +7,8 @@ is a link to them), so that an installed package trains ``marl-ppo train balance
 A name is looked up only where no file of that name exists: ``marl-ppo train balance.yaml`` in a
 folder holding its own ``balance.yaml`` reads that one.
 
->>> shipped_configs()[:3]
-['balance', 'connect_four', 'connect_four_two_groups']
+>>> shipped_configs()[:4]
+['ant_2x4_happo', 'ant_2x4_mappo', 'balance', 'connect_four']
 >>> config_path("navigation").name, suite_path("tiny").name
 ('navigation.yaml', 'tiny.yaml')
 """

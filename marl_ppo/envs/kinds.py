@@ -22,7 +22,7 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
 >>> env_kind("gym")
 Traceback (most recent call last):
 ...
-ValueError: unknown env kind 'gym'; registered kinds: ['custom', 'pettingzoo', 'vmas']
+ValueError: unknown env kind 'gym'; registered kinds: ['custom', 'mamujoco', 'pettingzoo', 'vmas']
 """
 
 from __future__ import annotations

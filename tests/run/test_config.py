@@ -34,6 +34,7 @@ from marl_ppo.config import (
     to_yaml,
 )
 from marl_ppo.envs import pettingzoo_tasks, vmas_scenarios
+from marl_ppo.envs.mamujoco import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILES = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "tuned").glob("*.yaml"))
@@ -72,7 +73,7 @@ def test_config_file_loads_into_dataclasses(path):
         assert type(getattr(cfg, f)) is cls
     raw = yaml.safe_load(path.read_text())
     _assert_values_landed(raw, cfg, path.name)
-    known = vmas_scenarios() if cfg.env.kind == "vmas" else pettingzoo_tasks()
+    known = {"vmas": vmas_scenarios, "mamujoco": lambda: SCENARIOS}.get(cfg.env.kind, pettingzoo_tasks)()
     assert cfg.env.scenario in known
     assert cfg.train.iterations >= 1
 
