@@ -54,14 +54,19 @@ class GraphLayer(nn.Module):
 
     def __init__(self, width: int, edge_dim: int, activation_class: type[nn.Module], device=None) -> None:
         super().__init__()
+        self.width = width
         self.message = nn.Linear(width + edge_dim, width, device=device)
         self.update = nn.Linear(2 * width, width, device=device)
         self.activation = activation_class()
 
     def forward(self, h: torch.Tensor, edges: torch.Tensor, adjacency: torch.Tensor) -> torch.Tensor:
-        n = h.shape[-2]
-        sender = h.unsqueeze(-3).expand(*h.shape[:-2], n, n, h.shape[-1])  # [.., i, j, F]: h_j
-        messages = self.activation(self.message(torch.cat([sender, edges], dim=-1)))
+        # W_m [h_j, e_ij] = W_h h_j + W_e e_ij: the node part once per sender (n rows, not n^2), the
+        # edge part on the few edge features; the same maths as the concatenation, n times fewer flops
+        w_h, w_e = self.message.weight[:, : self.width], self.message.weight[:, self.width :]
+        from_sender = (h @ w_h.T + self.message.bias).unsqueeze(-3)  # [.., 1, j, F]
+        messages = self.activation(
+            from_sender + edges @ w_e.T if w_e.shape[1] else from_sender.expand(*edges.shape[:-1], -1)
+        )
         weights = adjacency.to(h.dtype)
         count = weights.sum(-1, keepdim=True).clamp(min=1.0)
         pooled = (messages * weights.unsqueeze(-1)).sum(-2) / count
