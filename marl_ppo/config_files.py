@@ -8,7 +8,7 @@ A name is looked up only where no file of that name exists: ``marl-ppo train bal
 folder holding its own ``balance.yaml`` reads that one.
 
 >>> shipped_configs()[:4]
-['ant_2x4_happo', 'ant_2x4_mappo', 'balance', 'connect_four']
+['adversarial_pursuit', 'ant_2x4_happo', 'ant_2x4_mappo', 'balance']
 >>> config_path("navigation").name, suite_path("tiny").name
 ('navigation.yaml', 'tiny.yaml')
 """

@@ -50,6 +50,8 @@ def aec_games_refusal(copy: EnvBase) -> str | None:
     wrapper = copy.base_env if isinstance(copy, TransformedEnv) else copy
     if isinstance(copy, TransformedEnv) and _flat_observation(copy) is None:
         return f"transforms other than one FlatObservation: {copy.transform}"
+    if isinstance(copy, TransformedEnv) and _flat_observation(copy).images:
+        return f"image observations (groups {list(_flat_observation(copy).images)})"
     if not hasattr(wrapper, "_env") or not hasattr(wrapper, "group_map") or getattr(wrapper, "parallel", True):
         return "not a turn-based (AEC) PettingZoo game in torchrl's PettingZooWrapper"
     if not wrapper.use_mask or wrapper.done_on_any or wrapper.return_state:

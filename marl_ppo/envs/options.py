@@ -15,7 +15,49 @@ from typing import Any, Optional
 from marl_ppo.envs.kinds import ENV_KINDS, env_kind
 from marl_ppo.options import ConfigError, at_least, choice
 
-__all__ = ["EnvConfig"]
+__all__ = ["EnvConfig", "ImageOptions"]
+
+
+@dataclass
+class ImageOptions:
+    """What a PettingZoo env copy does with its image observations before a batch stores them (``env.image``).
+
+    An image is an observation of three sides per agent, ``[H, W, C]`` as PettingZoo gives it
+    (pistonball: ``uint8`` ``[457, 120, 3]``; MAgent2's view: ``float32`` ``[13, 13, 5]``). The
+    ``cnn`` model kind reads it; every other kind reads flat vectors.
+
+    Attributes:
+        observation: ``auto`` keeps ``uint8`` images as images and flattens every other array
+            (a board, MAgent2's view: ``[13, 13, 5]`` becomes 845 floats); ``image`` keeps every
+            three-sided observation as an image (MAgent2 for ``model.kind=cnn``); ``flat``
+            flattens them all.
+        size: ``[H, W]`` to resize each image to (bilinear, antialiased), or ``None``.
+        grayscale: an RGB image becomes one channel (ITU-R 601 luma).
+        frames: the last ``frames`` images stacked along the channels (the first one repeated
+            after a reset); ``1`` stacks nothing.
+
+    A ``uint8`` image stays ``uint8`` through all of these (rounded after a resize): the batch
+    stores a quarter of float32's bytes, and the model scales it to [0, 1].
+    """
+
+    observation: str = "auto"
+    size: Optional[list[int]] = None
+    grayscale: bool = False
+    frames: int = 1
+
+    def __post_init__(self) -> None:
+        choice("env.image.observation", self.observation, ("auto", "image", "flat"))
+        at_least("env.image.frames", self.frames, 1)
+        if self.size is not None:
+            size = list(self.size)
+            if len(size) != 2 or not all(isinstance(v, int) and v >= 1 for v in size):
+                raise ConfigError(f"env.image.size must be [height, width] of positive integers, got {size!r}")
+            self.size = size
+
+    @property
+    def changes_images(self) -> bool:
+        """Whether an image is resized, grayed or stacked."""
+        return self.size is not None or self.grayscale or self.frames > 1
 
 
 @dataclass
@@ -47,6 +89,8 @@ class EnvConfig:
         multidiscrete_actions: VMAS discrete actions as one categorical per dimension.
         comm: VMAS comm adapter: expose communicating groups' action as ``{move, comm}``.
         device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
+        image: PettingZoo only: image observations kept, resized, grayed, stacked
+            (:class:`ImageOptions`).
         kwargs: scenario (or factory) keyword arguments (e.g. ``n_agents: 3``). They belong to the
             scenario: a file or override that changes ``env.kind``, ``env.scenario`` or
             ``env.factory`` without giving ``env.kwargs`` starts from none (the env's own defaults).
@@ -63,6 +107,7 @@ class EnvConfig:
     multidiscrete_actions: bool = False
     comm: bool = False
     device: str = "cpu"
+    image: ImageOptions = field(default_factory=ImageOptions)
     kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
 
     @property
@@ -92,6 +137,10 @@ class EnvConfig:
         if self.factory is not None and self.kind != "custom":
             raise ConfigError(
                 f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom"
+            )
+        if self.kind != "pettingzoo" and self.image != ImageOptions():
+            raise ConfigError(
+                f"env.image is read by env.kind=pettingzoo (its image observations); env.kind is {self.kind!r}"
             )
         at_least("env.num_envs", self.num_envs, 1)
         at_least("env.max_steps", self.max_steps, 1)

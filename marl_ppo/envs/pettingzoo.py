@@ -25,11 +25,12 @@ archer eaten by a zombie). Those steps are padding: the router gives
 them no advantage and the losses skip them. A parallel env given by import path runs until every
 agent is done (a dead agent does not end the episode for the others). ``(group, "action_mask")``,
 where the env gives one, is fed to the policy's masked categorical. Observations that are not one
-float vector per agent are flattened (:class:`~marl_ppo.envs.transforms.FlatObservation`); images
-are refused with the group, key and shape. An episode cut at ``max_cycles`` comes out of the
-wrapper as a truncation (``(group, "truncated")`` and root ``truncated`` ``True``, ``terminated``
-``False``), which ``env.time_limit=truncate`` keeps and ``terminate`` turns into a termination
-(:mod:`~marl_ppo.envs.time_limit`).
+float vector per agent are flattened (:class:`~marl_ppo.envs.transforms.FlatObservation`), except
+images, kept for the ``cnn`` model kind and resized, grayed and stacked as ``env.image`` says
+(:mod:`~marl_ppo.envs.images`), in each copy before the batch stores them. An episode cut at
+``max_cycles`` comes out of the wrapper as a truncation (``(group, "truncated")`` and root
+``truncated`` ``True``, ``terminated`` ``False``), which ``env.time_limit=truncate`` keeps and
+``terminate`` turns into a termination (:mod:`~marl_ppo.envs.time_limit`).
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any, Callable
 
-from torchrl.envs import EnvBase, ParallelEnv, SerialEnv, TransformedEnv
+from torchrl.envs import Compose, EnvBase, ParallelEnv, SerialEnv, TransformedEnv
 
 from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
-from marl_ppo.envs.options import EnvConfig
-from marl_ppo.envs.transforms import FlatObservation, needs_flattening
+from marl_ppo.envs.images import observation_transforms
+from marl_ppo.envs.options import EnvConfig, ImageOptions
 from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
@@ -142,18 +143,18 @@ def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     if "/" in cfg.scenario:
         group_map_name = _pop_group_map(kwargs, default=seats)
         _registry_spec(cfg.scenario)
-        return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs)
+        return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs, cfg.image)
     if "." in cfg.scenario:
         group_map_name = _pop_group_map(kwargs, default=seats)
         module = _import_env_module(cfg.scenario)
-        return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs)
+        return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs, cfg.image)
     if cfg.scenario in mpe_tasks():
         # torchrl's PettingZooEnv(task=...) imports the removed pettingzoo.mpe: build the mpe2 env ourselves.
         return partial(_mpe_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, kwargs)
     if cfg.scenario in classic_tasks():
         group_map_name = _pop_group_map(kwargs, default="one_group_per_agent")
         _check_classic_imports(cfg.scenario)
-        return partial(_classic_env, cfg.scenario, group_map_name, kwargs)
+        return partial(_classic_env, cfg.scenario, group_map_name, kwargs, cfg.image)
     mpe, classic = mpe_tasks(), classic_tasks()
     err = unknown_name("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
     raise ConfigError(f"{err}; any other PettingZoo env by import path, e.g. pettingzoo.sisl.pursuit_v5")
@@ -197,8 +198,11 @@ def _wrapper_class(seeds_in_31_bits: bool = True) -> type:
     return _Wrapper if seeds_in_31_bits else _Faster
 
 
-def wrap_game(game: Any, group_map_name: str | None, seed: int, **options: Any) -> EnvBase:
-    """A PettingZoo game (AEC or parallel) in torchrl's wrapper, masks on, observations flattened where needed."""
+def wrap_game(
+    game: Any, group_map_name: str | None, seed: int, image: ImageOptions | None = None, **options: Any
+) -> EnvBase:
+    """A PettingZoo game (AEC or parallel) in torchrl's wrapper, masks on, observations flattened where needed
+    and images kept and changed as ``image`` (``env.image``) says."""
     from torchrl.envs.utils import MarlGroupMapType
 
     with _quiet_version_notice():
@@ -210,8 +214,11 @@ def wrap_game(game: Any, group_map_name: str | None, seed: int, **options: Any) 
             categorical_actions=True,
             **options,
         )
-    # flattened in each copy, so that a batched env (its shared buffers, its resets) sees one layout
-    return TransformedEnv(env, FlatObservation.for_env(env)) if needs_flattening(env) else env
+    # in each copy, so that a batched env (its shared buffers, its resets) sees one layout
+    transforms = observation_transforms(env, image or ImageOptions())
+    if not transforms:
+        return env
+    return TransformedEnv(env, transforms[0] if len(transforms) == 1 else Compose(*transforms))
 
 
 def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: int) -> EnvBase:
@@ -277,7 +284,7 @@ def _check_classic_imports(task: str) -> None:
         raise _missing_dependency(task, err) from err
 
 
-def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> EnvBase:
+def _classic_env(task: str, group_map_name: str, kwargs: dict, image: ImageOptions, seed: int) -> EnvBase:
     """One classic game, AEC API, wrapped so that non-acting agents are masked out."""
     import pettingzoo
 
@@ -289,7 +296,7 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, seed: int) -> Env
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
             raise _missing_dependency(task, err.__cause__) from err.__cause__
         raise
-    return wrap_game(game, group_map_name, seed)
+    return wrap_game(game, group_map_name, seed, image)
 
 
 def _import_env_module(path: str):
@@ -387,7 +394,9 @@ def _within(module_name: str, package: str) -> bool:
     return module_name == package or module_name.startswith(package + ".")
 
 
-def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
+def _module_env(
+    path: str, group_map_name: str | None, max_steps: int, kwargs: dict, image: ImageOptions, seed: int
+) -> EnvBase:
     """One copy of the env of module ``path``: parallel API if it has one, else AEC."""
     module = importlib.import_module(path)
     parallel = callable(getattr(module, "parallel_env", None))
@@ -395,7 +404,7 @@ def _module_env(path: str, group_map_name: str | None, max_steps: int, kwargs: d
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
     game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, path)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
-    return wrap_game(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+    return wrap_game(game, group_map_name, seed, image, **({"done_on_any": False} if parallel else {}))
 
 
 def _registry_spec(env_id: str):
@@ -417,7 +426,9 @@ def _registry_spec(env_id: str):
     return spec
 
 
-def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwargs: dict, seed: int) -> EnvBase:
+def _registry_env(
+    env_id: str, group_map_name: str | None, max_steps: int, kwargs: dict, image: ImageOptions, seed: int
+) -> EnvBase:
     """One copy of a registered env (``butterfly/knights_archers_zombies-v11``), parallel API if it has one."""
     import pettingzoo
 
@@ -429,4 +440,4 @@ def _registry_env(env_id: str, group_map_name: str | None, max_steps: int, kwarg
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
     where = f"pettingzoo.make({env_id!r}, **env.kwargs)"
     game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, spec.entry_point.partition(":")[0])
-    return wrap_game(game, group_map_name, seed, **({"done_on_any": False} if parallel else {}))
+    return wrap_game(game, group_map_name, seed, image, **({"done_on_any": False} if parallel else {}))

@@ -21,7 +21,7 @@ from torchrl.envs import EnvBase, RewardSum, Transform, TransformedEnv
 
 from marl_ppo.groups.specs import GroupKeys, GroupSpecError, group_map
 
-__all__ = ["FlatObservation", "with_episode_returns", "needs_flattening"]
+__all__ = ["FlatObservation", "with_episode_returns", "needs_flattening", "is_image"]
 
 
 class FlatObservation(Transform):
@@ -32,29 +32,33 @@ class FlatObservation(Transform):
     wrapper has moved the action mask out to ``(group, "action_mask")``), a table of entities
     (Knights-Archers-Zombies: ``float64`` ``[27, 5]``) or a local grid (pursuit: ``[7, 7, 3]``).
     The policies read one flat float observation per agent, so this writes ``(group, "observation")``
-    flattened; a discrete observation (``rps_v2``) becomes a one-hot vector. Images (``uint8`` with
-    height, width and channels) are refused by :meth:`for_env`: PettingZoo's are full frames
-    (Knights-Archers-Zombies: 512 x 512), and an env-side resize for the ``cnn`` model kind is not there yet.
+    flattened; a discrete observation (``rps_v2``) becomes a one-hot vector. An image (three sides per
+    agent: ``uint8`` by default, every such array with ``env.image.observation=image``) is kept as it
+    is, out of its nesting, for the ``cnn`` model kind (:mod:`~marl_ppo.envs.images` resizes it).
 
     Args:
         groups: ``{group: n_categories}``, ``n_categories`` for a discrete observation, else ``None``.
+        images: the groups whose image observation is kept (only taken out of its nesting).
     """
 
-    def __init__(self, groups: dict[str, int | None]) -> None:
+    def __init__(self, groups: dict[str, int | None], images: tuple[str, ...] = ()) -> None:
         super().__init__(in_keys=[], out_keys=[])
         self.groups = dict(groups)
+        self.images = tuple(images)
 
     @classmethod
-    def for_env(cls, env: EnvBase) -> "FlatObservation":
-        """Reads each group's observation spec; raises :class:`GroupSpecError` for an image."""
+    def for_env(cls, env: EnvBase, images: str = "auto") -> "FlatObservation":
+        """Reads each group's observation spec; ``images``: ``env.image.observation`` (auto, image, flat)."""
         spec = env.full_observation_spec
-        groups = {}
+        groups, kept = {}, []
         for g in group_map(env):
             leaf = _observation_leaf(g, spec[g, "observation"])
-            _refuse_images(g, leaf, spec[g].shape)
+            if is_image(leaf, spec[g].shape, images):
+                kept.append(g)
+                continue
             discrete = isinstance(leaf, Categorical) and leaf.shape == spec[g].shape
             groups[g] = int(leaf.space.n) if discrete else None
-        return cls(groups)
+        return cls(groups, tuple(kept))
 
     def _flat(self, group: str, group_td: TensorDictBase) -> torch.Tensor:
         obs = group_td.get("observation")
@@ -67,8 +71,9 @@ class FlatObservation(Transform):
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         flat = {g: self._flat(g, next_tensordict.get(g)) for g in self.groups}
+        flat.update({g: _unnested(next_tensordict.get((g, "observation"))) for g in self.images})
         # a new tensordict: the batched env's own buffers keep their nested observation
-        out = next_tensordict.exclude(*[(g, "observation") for g in self.groups])
+        out = next_tensordict.exclude(*[(g, "observation") for g in flat])
         for g, obs in flat.items():
             out.set((g, "observation"), obs)
         return out
@@ -85,17 +90,34 @@ class FlatObservation(Transform):
             batch = group_spec.shape  # [*B, n_agents]
             dim = n_categories if n_categories is not None else math.prod(leaf.shape[len(batch) :])
             group_spec["observation"] = Unbounded(shape=(*batch, dim), dtype=torch.float32, device=leaf.device)
+        for g in self.images:
+            observation_spec[g]["observation"] = _observation_leaf(g, observation_spec[g]["observation"]).clone()
         return observation_spec
 
 
-def needs_flattening(env: EnvBase) -> bool:
-    """Whether some group's observation is not already one ``float32`` vector per agent."""
+def needs_flattening(env: EnvBase, images: str = "auto") -> bool:
+    """Whether some group's observation is neither one ``float32`` vector per agent nor a kept image at its key."""
     spec = env.full_observation_spec
     for g in group_map(env):
         obs = spec[g, "observation"]
-        if isinstance(obs, Composite) or obs.dtype != torch.float32 or obs.ndim != spec[g].ndim + 1:
+        if isinstance(obs, Composite):
+            return True
+        if is_image(obs, spec[g].shape, images):
+            continue
+        if obs.dtype != torch.float32 or obs.ndim != spec[g].ndim + 1:
             return True
     return False
+
+
+def is_image(leaf: TensorSpec, group_shape: torch.Size, images: str = "auto") -> bool:
+    """Whether an observation of spec ``leaf`` is kept as an image: three sides per agent, and ``uint8``
+    (``images="auto"``) or any dtype (``"image"``); never with ``"flat"``."""
+    three_sided = leaf.ndim - len(group_shape) == 3
+    return three_sided and (images == "image" or (images == "auto" and leaf.dtype == torch.uint8))
+
+
+def _unnested(obs: torch.Tensor | TensorDictBase) -> torch.Tensor:
+    return obs.get("observation") if is_tensor_collection(obs) else obs
 
 
 def _observation_leaf(group: str, spec: TensorSpec) -> TensorSpec:
@@ -109,17 +131,6 @@ def _observation_leaf(group: str, spec: TensorSpec) -> TensorSpec:
             )
         return spec["observation"]
     return spec
-
-
-def _refuse_images(group: str, leaf: TensorSpec, group_shape: torch.Size) -> None:
-    per_agent = tuple(leaf.shape[len(group_shape) :])
-    if leaf.dtype == torch.uint8 and len(per_agent) == 3:
-        raise GroupSpecError(
-            f"group {group!r}: observation ({group!r}, 'observation') is an image of shape {list(per_agent)} "
-            f"(uint8); PettingZoo's image observations are not passed to the cnn model kind yet (they need "
-            "an env-side resize). Use the env's vector observation if it has one (Knights-Archers-Zombies: "
-            "obs_method='vector'), or bring your own env (env.kind=custom) with images small enough for model.kind=cnn."
-        )
 
 
 def with_episode_returns(env: EnvBase) -> TransformedEnv:

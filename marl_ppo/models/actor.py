@@ -16,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict.nn import CompositeDistribution, InteractionType, NormalParamExtractor, TensorDictSequential
+from tensordict import TensorDictBase
+from tensordict.nn import (
+    CompositeDistribution,
+    InteractionType,
+    NormalParamExtractor,
+    TensorDictModuleBase,
+    TensorDictSequential,
+)
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import ProbabilisticActor
@@ -29,7 +36,7 @@ from marl_ppo.models.mlp import agent_mlp
 from marl_ppo.models.modules import Networks, TensorOutModule
 from marl_ppo.models.registry import model_kind
 
-__all__ = ["build_actor", "seat_actor"]
+__all__ = ["build_actor", "seat_actor", "Reseated"]
 
 
 def build_actor(
@@ -177,10 +184,42 @@ def seat_actor(
     A ValueError for an actor that is not built around one of our MLPs (``what`` names it).
     """
     net = networks.of(actor)
-    if net is None:
-        raise ValueError(
-            f"{what} is not one of marl_ppo's MLP policies (a recurrent or custom policy cannot play another seat yet)"
-        )
+    if net is None:  # a policy with a trunk (cnn, deepsets, gnn, a chain) or recurrent: reads the seat as its own group
+        source = _group_of(actor, what)
+        if frozen:
+            actor = copy.deepcopy(actor).requires_grad_(False)
+        return actor if source == spec.name else Reseated(actor, source=source, seat=spec.name)
     if frozen:
         net = copy.deepcopy(net).requires_grad_(False)
     return build_actor(spec, net=net)
+
+
+class Reseated(TensorDictModuleBase):
+    """Group ``source``'s actor playing group ``seat`` (of the same specs): the seat's entries are handed to
+    the actor under ``source``'s name, and what it writes (action, log-prob, recurrent state) comes back
+    under ``seat``'s. Entries outside the groups (a recurrent policy's ``is_init``) pass as they are."""
+
+    def __init__(self, actor: nn.Module, *, source: str, seat: str) -> None:
+        super().__init__()
+        self.actor, self.source, self.seat = actor, source, seat
+        self.in_keys = [self._moved(k, source, seat) for k in actor.in_keys]
+        self.out_keys = [self._moved(k, source, seat) for k in actor.out_keys]
+
+    @staticmethod
+    def _moved(key: NestedKey, old: str, new: str) -> NestedKey:
+        return (new, *key[1:]) if isinstance(key, tuple) and key[0] == old else key
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        view = tensordict.exclude(self.seat, self.source)
+        view.set(self.source, tensordict.get(self.seat))
+        out = self.actor(view)
+        tensordict.set(self.seat, out.get(self.source))
+        return tensordict
+
+
+def _group_of(actor: nn.Module, what: str) -> str:
+    """The group an actor acts for: the first entry of its first output key."""
+    keys = [k for k in getattr(actor, "out_keys", []) if isinstance(k, tuple)]
+    if not keys:
+        raise ValueError(f"{what} writes no group action (out_keys {getattr(actor, 'out_keys', None)})")
+    return keys[0][0]

@@ -1,7 +1,8 @@
 """The ``cnn`` model kind: a conv encoder per agent image, then an MLP, for image observations.
 
 A group's image entry is ``[*B, n_agents, C, H, W]`` or ``[*B, n_agents, H, W, C]`` (``channel_order``:
-``auto`` reads it from the spec: the side of at most 4 is the channels; ``chw`` / ``hwc`` say it).
+``auto`` reads it from the spec: beside two equal sides the third, else the side smaller than both
+others, is the channels; ``chw`` / ``hwc`` say it).
 Each agent's image goes through the conv layers (one stack shared by the agents, or one per agent
 with ``model.share_params=false``), is flattened, joined by the group's vector entries, and an MLP
 (``model.hidden``) gives the trunk's output ``hidden[-1]`` wide. A centralised critic's MLP reads every
@@ -103,7 +104,10 @@ def channels_last(group: str, key, shape: Sequence[int], order: str) -> bool:
         return order == "hwc"
     if order != "auto":
         raise ConfigError(f"model.options.cnn.channel_order must be auto, chw or hwc, got {order!r}")
-    first, last = shape[0] <= 4, shape[-1] <= 4
+    h, w, c = shape
+    if (h == w) != (w == c):  # square images: [13, 13, 15] (a stack of frames), [3, 8, 8]
+        return h == w
+    first, last = h < min(w, c), c < min(h, w)  # else the smallest side: [457, 120, 3]
     if first != last:
         return last
     raise ConfigError(

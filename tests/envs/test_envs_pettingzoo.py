@@ -8,7 +8,7 @@ Covered, on real envs at tiny sizes:
   a value target equal to the value, and no weight in any loss;
 * a second family by import path, ``pettingzoo.sisl.pursuit_v5`` (its ``[7, 7, 3]`` local grid
   flattened to 147 floats per agent);
-* images refused with the group, key and shape; a module that needs a missing package, a
+* an image under model.kind=mlp refused with the group, key, shape and `cnn`; a module that needs a missing package, a
   misspelt version and a module that is not an env each named in a ConfigError; none leaves a
   run directory;
 * ``marl-ppo eval --episodes 20`` on PettingZoo reports and averages exactly 20 episodes;
@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,6 @@ from torchrl.collectors import Collector
 
 from marl_ppo.cli import main
 from marl_ppo.config import ConfigError, load_config
-from marl_ppo.groups import GroupSpecError
 from marl_ppo.groups.reward_table import RewardTableError
 from marl_ppo.run.build import build
 from marl_ppo.run.trainer import Trainer
@@ -140,8 +140,8 @@ def test_pursuit_by_import_path_trains(tmp_path):
         (
             KAZ,
             "{obs_method: image}",
-            GroupSpecError,
-            ["group 'archer'", "('archer', 'observation') is an image of shape [512, 512, 3]", "obs_method='vector'"],
+            ConfigError,
+            ["group 'archer'", "('archer', 'observation') has per-agent shape [512, 512, 3]", "model.kind=cnn"],
         ),
         ("pettingzoo.sisl.pursuit_v4", "{}", ConfigError, ["cannot import 'pettingzoo.sisl.pursuit_v4'", "pursuit_v5"]),
         ("pettingzoo.utils", "{}", ConfigError, ["has neither parallel_env nor env"]),
@@ -161,8 +161,11 @@ def test_bad_pettingzoo_env_fails_before_a_run_directory(tmp_path, scenario, kwa
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pymunk") is not None, reason="pymunk is installed here")
-def test_missing_family_package_is_named():
+def test_missing_family_package_is_named(monkeypatch):
+    # pymunk is installed by the test extra: made unimportable here, and butterfly imported afresh
+    monkeypatch.setitem(sys.modules, "pymunk", None)
+    for name in [m for m in sys.modules if m.startswith("pettingzoo.butterfly")]:
+        monkeypatch.delitem(sys.modules, name)
     cfg = load_config(overrides=TINY + ["env.kind=pettingzoo", "env.scenario=pettingzoo.butterfly.pistonball_v6"])
     with pytest.raises(
         ConfigError, match=r"imports 'pymunk', which is not installed: pip install 'pettingzoo\[butterfly\]'"

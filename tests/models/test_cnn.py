@@ -25,6 +25,7 @@ from marl_ppo.cli import main
 from marl_ppo.config import load_config
 from marl_ppo.envs.kinds import ENV_KINDS, EnvKind, register_env_kind
 from marl_ppo.groups.specs import GroupSpec, inputs_spec
+from marl_ppo.models.cnn import channels_last
 from marl_ppo.models.critic import build_critic
 from marl_ppo.models.registry import MODEL_KINDS
 from marl_ppo.run.trainer import Trainer
@@ -107,6 +108,15 @@ def test_a_centralised_critic_sees_the_other_agents_picture():
     images[:, 1] = torch.rand(3, 3, 9, 9)
     v2 = critic(TensorDict({IMAGE: images}, [3]))["g", "state_value"]
     assert v1.shape == (3, 2, 1) and not torch.allclose(v1[:, 0], v2[:, 0])
+
+
+@pytest.mark.parametrize(
+    "shape, last",
+    [((13, 13, 5), True), ((13, 13, 15), True), ((3, 8, 8), False), ((15, 8, 8), False), ((457, 120, 3), True)],
+)
+def test_auto_channel_order_reads_the_side_beside_two_equal_ones_else_the_smallest(shape, last):
+    # MAgent2's view [13, 13, 5], three stacked frames of it [13, 13, 15], pistonball's frame [457, 120, 3]
+    assert channels_last("g", "pixels", shape, "auto") is last
 
 
 @pytest.mark.parametrize(
