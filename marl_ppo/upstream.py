@@ -151,6 +151,23 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         ("tensordict_out", "use_any"),
     ),
     PrivateName("torchrl.envs.SerialEnv", "_reset", "mirror", "envs/aec_games.py (which copies reset)"),
+    # a parallel game's step, each group's entries written at once (envs/lean_step.py): torchrl's, value for value
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step", "override", "envs/lean_step.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step_parallel", "call", "envs/lean_step.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_update_agent_mask", "call", "envs/lean_step.py", ("td",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_aggregate_done",
+        "call",
+        "envs/lean_step.py",
+        ("tensordict_out", "use_any"),
+    ),
     PrivateName("torchrl._utils", "seed_generator", "import", "envs/aec_games.py (SerialEnv's seed chain)"),
     # the learning-rate schedule a resumed run puts in force (the rate get_last_lr reports)
     PrivateName("torch.optim.lr_scheduler.LRScheduler", "_last_lr", "read", "run/resume.py"),

@@ -169,11 +169,13 @@ def _pop_group_map(kwargs: dict[str, Any], default: str | None) -> str | None:
 
 @functools.cache
 def _wrapper_class(seeds_in_31_bits: bool = True) -> type:
-    """torchrl's ``PettingZooWrapper``, faster, and (``seeds_in_31_bits``) seeding the game within 31 bits;
-    made on first use (torchrl is imported lazily)."""
+    """torchrl's ``PettingZooWrapper``, faster (a parallel game: :class:`~marl_ppo.envs.lean_step.LeanParallelStep`),
+    and (``seeds_in_31_bits``) seeding the game within 31 bits; made on first use (torchrl is imported lazily)."""
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
-    class _Faster(PettingZooWrapper):
+    from marl_ppo.envs.lean_step import LeanParallelStep
+
+    class _Faster(LeanParallelStep, PettingZooWrapper):
         # The wrapper reads these of the PettingZoo env several times a step, and EnvBase.__getattr__
         # finds them there only after two nn.Module.__dir__ calls each: 20 % of a tic-tac-toe run's
         # time. The same values, read directly.

@@ -1,0 +1,128 @@
+"""Image games on this CPU: collection against the env stepped alone, the CNN update, the batch's bytes.
+
+For each shipped image config (MAgent2 ``battle_vs_random``, butterfly ``pistonball``), one
+``marl-ppo train`` child process of two batches (one thread) gives, for the second batch: the
+collection time (the run's ``time/collect_s``: env copies stepped by torchrl's collector with the
+policy sampling actions, the image transforms included) and the update time (``time/update_s``: a
+CNN policy and centralised critic, ``train.num_epochs`` passes). The same number of env steps is
+then taken by the PettingZoo env alone (its parallel API, random actions from its action spaces,
+no torch): collection / env is what the framework adds to the env's own stepping. Last, the
+bytes of one batch's image entry as stored (``uint8`` for pistonball) and as float32, and the
+child process's peak RSS.
+
+    .venv/bin/python examples/benchmarks/images.py                      # both configs
+    .venv/bin/python examples/benchmarks/images.py --configs pistonball --frames-per-batch 2000
+    .venv/bin/python examples/benchmarks/images.py --quick              # smoke: a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train(config: str, fpb: int, root: Path, extra: list[str]) -> dict:
+    cmd = [
+        sys.executable, "-m", "marl_ppo.cli", "train", config, f"train.frames_per_batch={fpb}",
+        f"train.total_frames={2 * fpb}", f"train.minibatch_size={fpb // 4}", "train.num_threads=1",
+        "log.eval_every=0", "log.eval_episodes=1", "log.progress=false", "log.plot=false",
+        f"log.root={root}", f"log.name={config}", *extra,
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{config} failed:\n{out.stderr[-3000:]}")
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB; the largest child so far
+    scalars = root / config / "logs" / "scalars" / "time"
+
+    def last(name: str) -> float:
+        return float((scalars / f"{name}.csv").read_text().splitlines()[-1].split(",")[1])
+
+    return {"collect_s": last("collect_s"), "update_s": last("update_s"), "peak_rss_mib": max(rss, before) / 1024}
+
+
+def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, int]:
+    """Seconds for ``steps`` env steps of the config's PettingZoo env alone (random actions), and its agents."""
+    from marl_ppo.config import load_config
+
+    cfg = load_config(config, overrides)
+    module = importlib.import_module(cfg.env.scenario)
+    env = module.parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs)
+    env.reset(seed=0)
+    agents = len(env.agents)
+    start = time.perf_counter()
+    for _ in range(steps):
+        if not env.agents:
+            env.reset()
+        env.step({a: env.action_space(a).sample() for a in env.agents})
+    return time.perf_counter() - start, agents
+
+
+def _batch_bytes(config: str, fpb: int, overrides: list[str]) -> tuple[int, int, str]:
+    """The stored bytes of one batch's image entries, and the same as float32, with their dtype."""
+    from marl_ppo.config import load_config
+    from marl_ppo.envs import make_env
+
+    cfg = load_config(config, overrides)
+    env = make_env(cfg.env, seed=0)
+    spec = env.observation_spec
+    keys = [k for k in spec.keys(True, True) if k[-1] == "observation" and spec[k].ndim - spec[k[:-1]].ndim == 3]
+    per_step = sum(spec[k].shape.numel() * spec[k].dtype.itemsize for k in keys) if keys else 0
+    per_step_f32 = sum(spec[k].shape.numel() * 4 for k in keys) if keys else 0
+    env.close()
+    dtype = str(spec[keys[0]].dtype).removeprefix("torch.") if keys else "-"
+    copies = cfg.env.num_envs
+    return per_step * fpb // copies, per_step_f32 * fpb // copies, dtype
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default="battle_vs_random,pistonball")
+    parser.add_argument("--frames-per-batch", type=int, default=None, help="default: each config's own")
+    parser.add_argument("--quick", action="store_true", help="small batches, a minute")
+    args = parser.parse_args()
+    rows = []
+    for config in args.configs.split(","):
+        from marl_ppo.config import load_config
+
+        fpb = args.frames_per_batch or (400 if args.quick else load_config(config).train.frames_per_batch)
+        extra = ["env.num_envs=2", "train.num_epochs=1"] if args.quick else []
+        with tempfile.TemporaryDirectory() as tmp:
+            run = _train(config, fpb, Path(tmp), extra)
+        env_s, agents = _env_alone(config, fpb, extra)  # fpb env steps: copies x steps of the batch
+        stored, as_f32, dtype = _batch_bytes(config, fpb, extra)
+        rows.append(
+            {
+                "config": config,
+                "frames_per_batch": fpb,
+                "agents": agents,
+                "env_alone_s": round(env_s, 2),
+                "collect_s": round(run["collect_s"], 2),
+                "collect_over_env": round(run["collect_s"] / env_s, 2),
+                "collect_frames_per_s": round(fpb / run["collect_s"], 1),
+                "update_s": round(run["update_s"], 2),
+                "update_frames_per_s": round(fpb / run["update_s"], 1),
+                "image_dtype": dtype,
+                "batch_image_mib": round(stored / 2**20, 1),
+                "batch_image_mib_as_float32": round(as_f32 / 2**20, 1),
+                "peak_rss_mib": round(run["peak_rss_mib"]),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    cols = list(rows[0])
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+
+
+if __name__ == "__main__":
+    main()
