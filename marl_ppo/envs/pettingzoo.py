@@ -60,6 +60,8 @@ from marl_ppo.options import ConfigError
 __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
+# the packages of env families that an extra of marl_ppo installs (pyproject.toml)
+_EXTRAS = {"magent2": "magent2", "pymunk": "butterfly"}
 
 
 def mpe_tasks() -> list[str]:
@@ -316,7 +318,10 @@ def _import_env_module(path: str):
             close = difflib.get_close_matches(leaf, siblings, n=3)
             hint = f"; {parent} has {close}" if close else ""
         extra = ""
-        if err.name != path and not path.startswith(f"{err.name}."):
+        top = (err.name or "").partition(".")[0]
+        if top in _EXTRAS:  # a family marl_ppo has an extra for
+            extra = f" ({top!r} is not installed: pip install 'marl-ppo[{_EXTRAS[top]}]')"
+        elif err.name != path and not path.startswith(f"{err.name}."):
             family = path.split(".")[1] if path.startswith("pettingzoo.") and path.count(".") >= 2 else None
             how = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides {err.name}"
             extra = f" (the module imports {err.name!r}, which is not installed: {how})"

@@ -161,15 +161,20 @@ def test_bad_pettingzoo_env_fails_before_a_run_directory(tmp_path, scenario, kwa
     assert not (tmp_path / "runs").exists()
 
 
-def test_missing_family_package_is_named(monkeypatch):
-    # pymunk is installed by the test extra: made unimportable here, and butterfly imported afresh
-    monkeypatch.setitem(sys.modules, "pymunk", None)
-    for name in [m for m in sys.modules if m.startswith("pettingzoo.butterfly")]:
+@pytest.mark.parametrize(
+    "package, scenario, extra",
+    [
+        ("pymunk", "pettingzoo.butterfly.pistonball_v6", "butterfly"),
+        ("magent2", "magent2.environments.battle_v4", "magent2"),
+    ],
+)
+def test_missing_family_package_names_the_extra(monkeypatch, package, scenario, extra):
+    # installed by the test extra: made unimportable here, and the family imported afresh
+    monkeypatch.setitem(sys.modules, package, None)
+    for name in [m for m in sys.modules if m.startswith(("pettingzoo.butterfly", "magent2."))]:
         monkeypatch.delitem(sys.modules, name)
-    cfg = load_config(overrides=TINY + ["env.kind=pettingzoo", "env.scenario=pettingzoo.butterfly.pistonball_v6"])
-    with pytest.raises(
-        ConfigError, match=r"imports 'pymunk', which is not installed: pip install 'pettingzoo\[butterfly\]'"
-    ):
+    cfg = load_config(overrides=TINY + ["env.kind=pettingzoo", f"env.scenario={scenario}"])
+    with pytest.raises(ConfigError, match=rf"'{package}' is not installed: pip install 'marl-ppo\[{extra}\]'"):
         Trainer(cfg)
 
 
