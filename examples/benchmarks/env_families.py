@@ -1,18 +1,18 @@
-"""Image games on this CPU: collection against the env stepped alone, the CNN update, the batch's bytes.
+"""PettingZoo families on this CPU: collection against the env stepped alone, the update, an image batch's bytes.
 
-For each shipped image config (MAgent2 ``battle_vs_random``, butterfly ``pistonball``), one
-``marl-ppo train`` child process of two batches (one thread) gives, for the second batch: the
-collection time (the run's ``time/collect_s``: env copies stepped by torchrl's collector with the
-policy sampling actions, the image transforms included) and the update time (``time/update_s``: a
-CNN policy and centralised critic, ``train.num_epochs`` passes). The same number of env steps is
-then taken by the PettingZoo env alone (its parallel API, random actions from its action spaces,
-no torch): collection / env is what the framework adds to the env's own stepping. Last, the
-bytes of one batch's image entry as stored (``uint8`` for pistonball) and as float32, and the
-child process's peak RSS.
+For each shipped config named (MAgent2 ``battle_vs_random``, butterfly ``pistonball``, MaMuJoCo
+``halfcheetah_2x3_mappo``), one ``marl-ppo train`` child process of two batches (one thread) gives,
+for the second batch: the collection time (the run's ``time/collect_s``: env copies stepped by
+torchrl's collector with the policy sampling actions, the image transforms included) and the update
+time (``time/update_s``: the config's policy and critic, a CNN for the image games). The same number
+of env steps is then taken by the PettingZoo env alone (its parallel API, random actions from its
+action spaces, no torch): collection / env is what the framework adds to the env's own stepping.
+Last, the bytes of one batch's image entry as stored (``uint8`` for pistonball) and as float32,
+and the child process's peak RSS.
 
-    .venv/bin/python examples/benchmarks/images.py                      # both configs
-    .venv/bin/python examples/benchmarks/images.py --configs pistonball --frames-per-batch 2000
-    .venv/bin/python examples/benchmarks/images.py --quick              # smoke: a minute
+    .venv/bin/python examples/benchmarks/env_families.py                # the three configs
+    .venv/bin/python examples/benchmarks/env_families.py --configs pistonball --frames-per-batch 2000
+    .venv/bin/python examples/benchmarks/env_families.py --quick        # smoke: a minute
 """
 
 from __future__ import annotations
@@ -55,8 +55,12 @@ def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, in
     from marl_ppo.config import load_config
 
     cfg = load_config(config, overrides)
-    module = importlib.import_module(cfg.env.scenario)
-    env = module.parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs)
+    if cfg.env.kind == "mamujoco":
+        from marl_ppo.envs.mamujoco import _game
+
+        env = _game(cfg.env)
+    else:
+        env = importlib.import_module(cfg.env.scenario).parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs)
     env.reset(seed=0)
     agents = len(env.agents)
     start = time.perf_counter()
@@ -86,7 +90,7 @@ def _batch_bytes(config: str, fpb: int, overrides: list[str]) -> tuple[int, int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="battle_vs_random,pistonball")
+    parser.add_argument("--configs", default="battle_vs_random,pistonball,halfcheetah_2x3_mappo")
     parser.add_argument("--frames-per-batch", type=int, default=None, help="default: each config's own")
     parser.add_argument("--quick", action="store_true", help="small batches, a minute")
     args = parser.parse_args()
