@@ -8,7 +8,8 @@
 * bad input refused in one line before a run directory exists (grayscale of a 5-channel view,
   ``env.image`` on another env kind, a size that is not two positive integers);
 * MAgent2 battle trains against a random army with a CNN, and its trained red policy also plays
-  the blue seat (``Reseated``: a trunk policy moved to a group of the same specs).
+  the blue seat (``Reseated``: a trunk policy moved to a group of the same specs); with stacked
+  views it resumes exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from marl_ppo.envs.options import EnvConfig, ImageOptions
 from marl_ppo.envs.pettingzoo import make_pettingzoo
 from marl_ppo.groups import GroupSpecError
 from marl_ppo.run.trainer import Trainer
+from tests.run.test_recovery import crash_after_logging
+from tests.same_run import assert_same_run
 
 pytest.importorskip("magent2")
 pytest.importorskip("pymunk")
@@ -168,3 +171,23 @@ def test_battle_trains_a_cnn_against_random_and_its_policy_plays_either_army(tmp
     batch = trainer.parts.groups["red"]
     assert batch.observation_shape == (2, 13, 13, 5)
     assert math.isfinite(trainer.fit()["eval/red/episode_reward"])
+
+
+def test_a_battle_run_with_stacked_views_resumes_exactly(tmp_path, monkeypatch):
+    """Two batches straight, and a run that dies after logging its second batch then resumes from the
+    first one's checkpoint: the same parameters and logged metrics (a CNN, a random army drawing from the
+    checkpointed RNG, views stacked afresh at each episode's start after the reseed)."""
+    tiny = ["env.kwargs={map_size: 12}", "env.num_envs=2", "env.max_steps=5", "env.image.frames=2", *QUICK]
+    tiny += ["train.frames_per_batch=20", "train.total_frames=40", "train.minibatch_size=10", "log.eval_every=1"]
+    tiny += ["log.checkpoint_every=1"]
+    cfg = load_config("battle_vs_random", tiny)
+    straight = Trainer(cfg, run_dir=tmp_path / "straight")
+    straight.fit()
+    crash_after_logging(monkeypatch, 2, frames_per_batch=20)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(cfg, run_dir=tmp_path / "run").fit()
+    monkeypatch.undo()
+    resumed = Trainer(cfg, run_dir=tmp_path / "run", resume=True)
+    assert resumed.iteration == 1
+    resumed.fit()
+    assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "run")
