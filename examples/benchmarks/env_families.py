@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,17 +37,19 @@ def _train(config: str, fpb: int, root: Path, extra: list[str]) -> dict:
         "log.eval_every=0", "log.eval_episodes=1", "log.progress=false", "log.plot=false",
         f"log.root={root}", f"log.name={config}", *extra,
     ]  # fmt: skip
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{config} failed:\n{out.stderr[-3000:]}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB; the largest child so far
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (KiB)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{config} failed:\n{err.read().decode()[-3000:]}")
     scalars = root / config / "logs" / "scalars" / "time"
 
     def last(name: str) -> float:
         return float((scalars / f"{name}.csv").read_text().splitlines()[-1].split(",")[1])
 
-    return {"collect_s": last("collect_s"), "update_s": last("update_s"), "peak_rss_mib": max(rss, before) / 1024}
+    return {"collect_s": last("collect_s"), "update_s": last("update_s"), "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, int]:
