@@ -7,7 +7,6 @@ resizes it, and torchrl's ``CatFrames`` stacks the last ``frames`` along the cha
 image stays ``uint8``.
 
 >>> import torch
->>> from torchrl.data import Composite, Unbounded
 >>> resize = ImageObservation(["g"], size=[2, 2], grayscale=True)
 >>> frame = torch.full((1, 4, 4, 3), 200, dtype=torch.uint8)  # one agent, a 4 x 4 RGB frame
 >>> out = resize._apply_transform(frame)
@@ -60,7 +59,8 @@ class ImageObservation(Transform):
         x = obs.reshape(-1, h, w, c).permute(0, 3, 1, 2)  # [N, C, H, W], channels last in memory
         if self.size is not None and self.size != (h, w):
             # uint8 resized as uint8 (torch's kernel for it rounds): 5x faster than through float32 on
-            # pistonball's 457 x 120 frames, and both ops are linear, so resizing before graying is the same image
+            # pistonball's 457 x 120 frames; both ops are linear, so resizing before graying gives the
+            # same image up to that rounding
             x = x if x.dtype == torch.uint8 else x.to(torch.float32)
             x = F.interpolate(x, size=self.size, mode="bilinear", antialias=True, align_corners=False)
         if self.grayscale:

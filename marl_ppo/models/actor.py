@@ -181,10 +181,12 @@ def seat_actor(
     playing another group's seat.
 
     ``frozen``: a copy of the network without gradients (an opponent); else the network itself, shared.
-    A ValueError for an actor that is not built around one of our MLPs (``what`` names it).
+    An actor built around one of our MLPs is rebuilt on ``spec``'s keys; any other (a trunk: ``cnn``,
+    ``deepsets``, ``gnn``, a chain) is wrapped in :class:`Reseated`. A ValueError (``what`` names the
+    actor) for one that writes no group's action.
     """
     net = networks.of(actor)
-    if net is None:  # a policy with a trunk (cnn, deepsets, gnn, a chain) or recurrent: reads the seat as its own group
+    if net is None:  # a policy with a trunk (cnn, deepsets, gnn, a chain): reads the seat as its own group
         source = _group_of(actor, what)
         if frozen:
             actor = copy.deepcopy(actor).requires_grad_(False)
