@@ -101,6 +101,12 @@ class MultiAgentRNN(TensorDictModuleBase):
         is_init = td.get("is_init", None)
         if is_init is None:  # a "next" tensordict of an env without InitTracker entries there
             is_init = torch.zeros(*lead, 1, dtype=torch.bool, device=x.device)
+        if torch.compiler.is_exporting():  # torchrl's module branches on is_init.any(): no graph can hold that
+            y, states = self.step(x, [td.get(key) for key in self.state_keys], is_init)
+            td.set(self._out_key, y)
+            for key, state in zip(self.state_keys, states):
+                td.set(("next", *key), state)
+            return td
         entries = {"x": x, "is_init": is_init.unsqueeze(-2).expand(*lead, n, 1)}
         for key, name in zip(self.state_keys, self._inner_states):
             state = td.get(key, None)
@@ -128,6 +134,30 @@ class MultiAgentRNN(TensorDictModuleBase):
         for key, name in zip(self.state_keys, self._inner_states):
             td.set(("next", *key), out.get(("next", name)))
         return td
+
+    def step(
+        self, x: torch.Tensor, states: Sequence[torch.Tensor], is_init: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One step without branches on the data (what an export captures): ``x`` ``[B, n_agents, F]``,
+        ``states`` ``[B, n_agents, layers, hidden]`` each (zeroed where ``is_init`` ``[B, 1]``) ->
+        ``(y, next states)``; the same calls of the same ``nn.GRU``/``nn.LSTM`` as the step-by-step mode.
+        No size is read off the data (only ``-1`` reshapes), so a traced graph keeps its batch free."""
+        n = x.shape[-2]
+        states = [torch.where(is_init[..., None, None], 0, s) for s in states]
+        cells = [cell.gru if self.kind == "gru" else cell.lstm for cell in self.cells]
+        if self.share_params:  # every agent in the cell's batch, as torchrl's module folds them
+            agents = [(cells[0], x.flatten(0, 1), [s.flatten(0, 1) for s in states])]
+        else:
+            agents = [(cell, x[:, i], [s[:, i] for s in states]) for i, cell in enumerate(cells)]
+        ys, nexts = [], []
+        for cell, xi, si in agents:  # [rows, F], [rows, layers, hidden]
+            inner = [s.transpose(0, 1).contiguous() for s in si]
+            y, out = cell(xi.unsqueeze(1), inner[0] if self.kind == "gru" else tuple(inner))
+            ys.append(y[:, 0])
+            nexts.append([o.transpose(0, 1) for o in ([out] if self.kind == "gru" else out)])
+        if self.share_params:
+            return ys[0].unflatten(0, (-1, n)), [o.unflatten(0, (-1, n)) for o in nexts[0]]
+        return torch.stack(ys, 1), [torch.stack([o[j] for o in nexts], 1) for j in range(len(nexts[0]))]
 
 
 def recurrent_trunk(

@@ -1,0 +1,142 @@
+"""The export formats, one row each: how a captured policy is written, and how the file is run back.
+
+Every format starts from one ``torch.export`` capture of a :class:`~marl_ppo.export.graph.PolicyGraph`
+(its batch dim free), so all three run the same graph of ATen operators:
+
+==============  =========  ==========================================  ==========================
+format          file       runs with                                   needs
+==============  =========  ==========================================  ==========================
+``onnx``        ``.onnx``  onnxruntime, or any ONNX runtime              extra ``export``
+``torchscript`` ``.pt``    ``torch.jit.load`` (C++: libtorch)          torch
+``exported``    ``.pt2``   ``torch.export.load(f).module()``;          torch
+                           AOTInductor can compile it
+==============  =========  ==========================================  ==========================
+
+``run(path)`` gives a callable from a list of numpy arrays (in the graph's input order) to a list
+of numpy arrays: how the export checks each file it writes against the torch policy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from marl_ppo.export.graph import ExportError, PolicyGraph
+
+__all__ = ["Format", "FORMATS", "export_format", "capture"]
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One export format: its file suffix, the packages it needs (and the extra that installs them),
+    how it writes a captured graph, and how it runs the file back."""
+
+    name: str
+    suffix: str
+    packages: tuple[str, ...]
+    extra: str | None
+    write: Callable[[torch.export.ExportedProgram, PolicyGraph, tuple, Path], None]
+    run: Callable[[Path, PolicyGraph], Runner]
+
+    def check_installed(self) -> None:
+        missing = [p for p in self.packages if importlib.util.find_spec(p) is None]
+        if missing:
+            raise ImportError(
+                f"format {self.name!r} needs {', '.join(missing)}, which is not installed: "
+                f"pip install 'marl-ppo[{self.extra}]'"
+            )
+
+
+def capture(graph: PolicyGraph, example: tuple) -> torch.export.ExportedProgram:
+    """``graph`` captured by ``torch.export`` with its leading (batch) dim free."""
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    shapes = (tuple({0: batch} for _ in example),)  # forward(*inputs): one tuple of per-input specs
+    with warnings.catch_warnings():  # torchrl's and tensordict's own warnings while tracing
+        warnings.simplefilter("ignore")
+        return torch.export.export(graph, example, dynamic_shapes=shapes, strict=False)
+
+
+def _torch_runner(module: Callable) -> Runner:
+    def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.no_grad():
+            out = module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])
+        return [o.numpy() for o in out]
+
+    return run
+
+
+def _write_exported(program, graph, example, path: Path) -> None:
+    with warnings.catch_warnings():  # "no complete tensor found": about weights on another device; all are on the CPU
+        warnings.simplefilter("ignore")
+        torch.export.save(program, str(path))
+
+
+def _run_exported(path: Path, graph: PolicyGraph) -> Runner:
+    return _torch_runner(torch.export.load(str(path)).module())
+
+
+def _write_torchscript(program, graph, example, path: Path) -> None:
+    # traced from the captured ATen graph, not from the policy: tracing a tensordict module directly
+    # reads its deprecated attributes; the captured graph holds tensors and operators only
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(program.module(), example, check_trace=False)
+    traced.save(str(path))
+
+
+def _run_torchscript(path: Path, graph: PolicyGraph) -> Runner:
+    return _torch_runner(torch.jit.load(str(path)))
+
+
+def _write_onnx(program, graph, example, path: Path) -> None:
+    from torch.onnx._internal.exporter._errors import ConversionError
+
+    names = dict(input_names=[p.name for p in graph.inputs], output_names=[p.name for p in graph.outputs])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(program, example, str(path), verbose=False, optimize=True, **names)
+    except ConversionError as err:  # an operator ONNX has no translation for: name it, and what would do
+        ops = sorted(set(re.findall(r"OpOverload\(op='([\w.:]+)'", str(err)))) or ["(see the ONNX exporter's report)"]
+        raise ExportError(
+            f"format 'onnx': no ONNX translation for operator(s) {', '.join(ops)}; export this policy with "
+            "--format exported or --format torchscript, which keep every torch operator"
+        ) from None
+
+
+def _run_onnx(path: Path, graph: PolicyGraph) -> Runner:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [p.name for p in graph.inputs]
+
+    def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return session.run(None, dict(zip(names, inputs)))
+
+    return run
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("onnx", ".onnx", ("onnx", "onnxscript", "onnxruntime"), "export", _write_onnx, _run_onnx),
+        Format("torchscript", ".pt", (), None, _write_torchscript, _run_torchscript),
+        Format("exported", ".pt2", (), None, _write_exported, _run_exported),
+    )
+}
+
+
+def export_format(name: str) -> Format:
+    """The format named ``name``; an ExportError listing the formats for an unknown one."""
+    if name not in FORMATS:
+        raise ExportError(f"unknown export format {name!r}; expected one of {list(FORMATS)}")
+    return FORMATS[name]
