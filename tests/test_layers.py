@@ -75,7 +75,9 @@ ALLOWED = {
         "upstream",
         "lazy",
     },
+    "export": {"run", "models", "groups", "options", "upstream", "lazy"},
     "cli": {
+        "export",
         "algorithms",
         "opponents",
         "log_options",

@@ -18,7 +18,7 @@ of numpy arrays: how the export checks each file it writes against the torch pol
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import warnings
 from collections.abc import Callable
@@ -48,12 +48,20 @@ class Format:
     run: Callable[[Path, PolicyGraph], Runner]
 
     def check_installed(self) -> None:
-        missing = [p for p in self.packages if importlib.util.find_spec(p) is None]
+        missing = [p for p in self.packages if not _imports(p)]
         if missing:
             raise ImportError(
                 f"format {self.name!r} needs {', '.join(missing)}, which is not installed: "
                 f"pip install 'marl-ppo[{self.extra}]'"
             )
+
+
+def _imports(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
 
 
 def capture(graph: PolicyGraph, example: tuple) -> torch.export.ExportedProgram:
@@ -86,7 +94,10 @@ def _run_exported(path: Path, graph: PolicyGraph) -> Runner:
 
 def _write_torchscript(program, graph, example, path: Path) -> None:
     # traced from the captured ATen graph, not from the policy: tracing a tensordict module directly
-    # reads its deprecated attributes; the captured graph holds tensors and operators only
+    # reads its deprecated attributes, and torchrl's safe tanh is an autograd.Function TorchScript
+    # cannot hold; the captured graph holds tensors and operators only. Its sizes are plain numbers by
+    # then: a size read off the data becomes a constant, so the models reshape with -1 (and the check
+    # below runs 5 rows through a graph captured on 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(program.module(), example, check_trace=False)
@@ -98,14 +109,12 @@ def _run_torchscript(path: Path, graph: PolicyGraph) -> Runner:
 
 
 def _write_onnx(program, graph, example, path: Path) -> None:
-    from torch.onnx._internal.exporter._errors import ConversionError
-
     names = dict(input_names=[p.name for p in graph.inputs], output_names=[p.name for p in graph.outputs])
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(program, example, str(path), verbose=False, optimize=True, **names)
-    except ConversionError as err:  # an operator ONNX has no translation for: name it, and what would do
+    except torch.onnx.OnnxExporterError as err:  # an operator ONNX has no translation for: name it, and what would do
         ops = sorted(set(re.findall(r"OpOverload\(op='([\w.:]+)'", str(err)))) or ["(see the ONNX exporter's report)"]
         raise ExportError(
             f"format 'onnx': no ONNX translation for operator(s) {', '.join(ops)}; export this policy with "

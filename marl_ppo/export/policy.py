@@ -67,7 +67,14 @@ def export_policy(
     for fmt in chosen:
         path = out / f"policy{fmt.suffix}"
         fmt.write(program, graph, example, path)
-        got = fmt.run(path, graph)([t.numpy() for t in check])
+        try:
+            got = fmt.run(path, graph)([t.numpy() for t in check])
+        except Exception as err:  # noqa: BLE001 -- each runtime raises its own types
+            others = [f for f in ("exported", "torchscript", "onnx") if f != fmt.name]
+            raise ExportError(
+                f"format {fmt.name!r}: the written {path.name} does not run on {len(check[0])} rows "
+                f"({type(err).__name__}: {str(err).strip().splitlines()[0]}); try --format {others[0]} or {others[1]}"
+            ) from None
         diff = compare(graph, want, got)
         files[fmt.name] = {"file": path.name, "max_abs_diff": diff, "checked_rows": len(check[0])}
         written[fmt.name] = path

@@ -73,7 +73,8 @@ class AgentConvNet(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         lead, n = images.shape[:-4], images.shape[-4]
         if self.share_params:
-            return self.stacks[0](images.reshape(-1, *images.shape[-3:])).reshape(*lead, n, -1)
+            # -1 for the first batch dim rather than its size: a traced graph (marl-ppo export) keeps it free
+            return self.stacks[0](images.flatten(0, -4)).unflatten(0, (-1, *lead[1:], n))
         return torch.stack([stack(images[..., i, :, :, :]) for i, stack in enumerate(self.stacks)], dim=-2)
 
 

@@ -64,9 +64,8 @@ class GraphLayer(nn.Module):
         # edge part on the few edge features; the same maths as the concatenation, n times fewer flops
         w_h, w_e = self.message.weight[:, : self.width], self.message.weight[:, self.width :]
         from_sender = (h @ w_h.T + self.message.bias).unsqueeze(-3)  # [.., 1, j, F]
-        messages = self.activation(
-            from_sender + edges @ w_e.T if w_e.shape[1] else from_sender.expand(*edges.shape[:-1], -1)
-        )
+        # without edge features every receiver gets the same [.., 1, j, F]: the weights below broadcast it
+        messages = self.activation(from_sender + edges @ w_e.T if w_e.shape[1] else from_sender)
         weights = adjacency.to(h.dtype)
         count = weights.sum(-1, keepdim=True).clamp(min=1.0)
         pooled = (messages * weights.unsqueeze(-1)).sum(-2) / count
@@ -105,7 +104,9 @@ class AgentGraph(nn.Module):
         n = obs.shape[-2]
         others = ~torch.eye(n, dtype=torch.bool, device=obs.device)
         if self.radius is None:
-            return others.expand(*obs.shape[:-2], n, n)
+            # broadcast against [*B, n, 1] rather than expanded to sizes read off obs: a traced graph
+            # (marl-ppo export, TorchScript) keeps its batch free
+            return others & torch.ones_like(obs[..., :1], dtype=torch.bool)
         pos = obs[..., self.position[0] : self.position[1]]
         distance = torch.linalg.vector_norm(pos.unsqueeze(-3) - pos.unsqueeze(-2), dim=-1)
         return others & (distance <= self.radius)

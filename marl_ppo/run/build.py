@@ -268,7 +268,7 @@ def load_policy(
     except CheckpointError as err:  # name the checkpoint that would do, as --resume would fall back to it
         usable = _usable_checkpoint(run_dir / "checkpoints", skip=checkpoint)
         hint = (
-            f"; the newest usable checkpoint is {usable}: evaluate it with --checkpoint {usable}"
+            f"; the newest usable checkpoint is {usable}: use it with --checkpoint {usable}"
             if usable
             else "; no other checkpoint of the run loads"
         )

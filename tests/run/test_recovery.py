@@ -323,7 +323,7 @@ def test_corrupt_checkpoint_in_eval_names_the_file(four_checkpoints, capsys):
     err = capsys.readouterr().err
     assert "CheckpointError" in err and str(four_checkpoints / "checkpoints" / "last.pt") in err
     # the way out, as --resume would take it: the newest checkpoint that loads
-    assert "the newest usable checkpoint is iter_00004.pt: evaluate it with --checkpoint iter_00004.pt" in err
+    assert "the newest usable checkpoint is iter_00004.pt: use it with --checkpoint iter_00004.pt" in err
     assert main(["eval", str(four_checkpoints), "--episodes", "2", "--checkpoint", "iter_00004.pt"]) == 0
 
 
