@@ -338,3 +338,12 @@ def test_tactics_reads_a_trained_tictactoe_run(tmp_path, monkeypatch, capsys):
     assert [r[0].strip() for r in rows] == ["player_1", "player_2"]
     for _, wins, took, blocks, blocked in rows:
         assert int(wins) + int(blocks) > 0 and 0 <= float(took) <= 1 and 0 <= float(blocked) <= 1
+
+
+def test_export_latency_quick_times_every_format_for_an_agent_a_group_and_64():
+    out = _run("export_latency.py", "--quick", "--threads", "1", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"^model rows\s+torch policy\s+onnx\s+torchscript\s+exported$", out.stdout, re.M), out.stdout
+    for rows in ("one agent", "one group", "64 groups"):
+        m = re.search(rf"^mlp\s+{rows}\s+(\S+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", out.stdout, re.M)
+        assert m and all(float(v) > 0 for v in m.groups()[1:]), out.stdout

@@ -1,5 +1,6 @@
 """The examples run as written, at tiny sizes, and show what they claim.
 
+* ``deploy_onnx.py``: the ONNX export's return in VMAS equals ``marl-ppo eval``'s;
 * each script in ``examples/`` runs as a subprocess with ``--tiny --out TMP --threads 1`` and
   exits 0; its output and run directory hold the thing it demonstrates (the team term of the
   reward table, per-head entropy keys, the PettingZoo group's own done, the custom env's routed
@@ -65,6 +66,14 @@ def test_simple_tag_team_reward(tmp_path):
         row = next(line.split() for line in returns if line.strip().startswith(group + " "))
         assert len(row) == 4 and all(math.isfinite(float(v)) for v in row[1:]), row  # first, last, eval
         assert float(row[3]) == pytest.approx(summary[f"eval/{group}/episode_reward"], abs=1e-3)
+
+
+def test_deploy_onnx_returns_what_marl_ppo_eval_returns(tmp_path):
+    stdout = run_example("deploy_onnx.py", tmp_path, "--episodes", "6")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    # the same episodes played by onnxruntime (no torch in the policy's path) and by marl-ppo eval
+    assert result["onnxruntime"]["agents"] == pytest.approx(result["marl_ppo_eval"]["agents"], abs=1e-5)
+    assert (only_run_dir(tmp_path) / "export" / "agents" / "policy.onnx").is_file()
 
 
 def test_hybrid_comm_prints_per_head_entropies(tmp_path):

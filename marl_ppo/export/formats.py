@@ -19,6 +19,7 @@ of numpy arrays: how the export checks each file it writes against the torch pol
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import warnings
 from collections.abc import Callable
@@ -110,6 +111,9 @@ def _run_torchscript(path: Path, graph: PolicyGraph) -> Runner:
 
 def _write_onnx(program, graph, example, path: Path) -> None:
     names = dict(input_names=[p.name for p in graph.inputs], output_names=[p.name for p in graph.outputs])
+    registry = logging.getLogger("torch.onnx")  # one warning per torchvision operator it cannot register
+    level = registry.level
+    registry.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -120,6 +124,8 @@ def _write_onnx(program, graph, example, path: Path) -> None:
             f"format 'onnx': no ONNX translation for operator(s) {', '.join(ops)}; export this policy with "
             "--format exported or --format torchscript, which keep every torch operator"
         ) from None
+    finally:
+        registry.setLevel(level)
 
 
 def _run_onnx(path: Path, graph: PolicyGraph) -> Runner:
