@@ -31,11 +31,12 @@ __all__ = ["main", "build_parser"]
 def _train(args: argparse.Namespace) -> int:
     from marl_ppo.config import load_config  # light: a bad config is refused before torch is loaded
 
-    overrides = list(args.overrides)
-    config = args.config
-    if config is not None and "=" in config:  # `marl-ppo train key=value` with no file
-        overrides.insert(0, config)
-        config = None
+    words = [w for w in (args.config, *args.overrides) if w is not None]
+    files = [w for w in words if "=" not in w]  # the config may come anywhere among the overrides
+    if len(files) > 1:
+        raise ValueError(f"one config file or shipped config name at most, got {files}; overrides are key=value")
+    config = files[0] if files else None
+    overrides = [w for w in words if "=" in w]
     if args.multirun:
         if args.resume:
             raise ValueError("-m and --resume do not go together: rerun the same -m command to continue a grid")
@@ -71,6 +72,10 @@ def _train(args: argparse.Namespace) -> int:
         trainer = Trainer(cfg)
     for run_dir in trainer.run_dirs:
         print(f"run directory: {run_dir}")
+    if trainer.cfg.train.total_frames % trainer.cfg.train.frames_per_batch:
+        from marl_ppo.config import rounded_budget
+
+        print(f"marl-ppo train: {rounded_budget(trainer.cfg.train)}", file=sys.stderr)
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     print(json.dumps(summary, indent=2))
@@ -85,14 +90,22 @@ def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str])
 
     source = Path(args.resume) / "config.yaml" if args.resume else config
     cfg = load_config(source, overrides)
+    if len(cfg.train.seeds) > 1:  # every check train runs before it builds anything
+        from marl_ppo.run.seeds import check_seeds
+
+        check_seeds(cfg)
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
     from marl_ppo.run.build import build
+    from marl_ppo.run.payoff import check_payoff
 
     cfg.check_machine()
     parts = build(cfg)
     try:
+        check_payoff(cfg, parts)  # and those it runs on the built parts
+        if len(cfg.train.seeds) > 1:
+            check_seeds(cfg, router=parts.router)
         print(parts.reward_table)
         for group, loss in parts.router.losses.items():
             actor, critic = (sum(p.numel() for p in m.parameters()) for m in (loss.actor_network, loss.critic_network))
@@ -271,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marl-ppo", description="Multi-agent PPO on VMAS and PettingZoo.")
     parser.add_argument("--version", action="version", version=f"marl-ppo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices  # type: ignore[attr-defined]  # each command's parser, by name (_parse)
     p = sub.add_parser("train", help="train from a YAML config (default: VMAS navigation)")
     p.add_argument("config", nargs="?", help="a YAML config file, or a shipped config by name (marl-ppo list configs)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.total_frames=120000")
@@ -379,6 +393,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command's arguments, its ``key=value`` overrides taken anywhere on the line (``train balance
+    --dry-run train.lr=1e-3``): argparse's intermixed parsing, which does not parse subcommands, runs on
+    the command's own parser; the top level (``--help``, ``--version``, an unknown command) as usual."""
+    command = argv[0] if argv else None
+    if command not in parser.commands:
+        return parser.parse_args(argv)
+    args = parser.commands[command].parse_intermixed_args(argv[1:])
+    args.command = command
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -387,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return suite_main(argv[1:], prog="marl-ppo suite")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     from marl_ppo.run.signals import RunInterrupted  # light: no torch
 
     try:

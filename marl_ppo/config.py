@@ -144,7 +144,10 @@ class TrainConfig:
     """Collection and optimisation.
 
     Attributes:
-        total_frames: env steps (summed over envs) to train for.
+        total_frames: env steps (summed over envs) to train for, rounded up to whole batches: the run
+            does ``ceil(total_frames / frames_per_batch)`` iterations of ``frames_per_batch`` frames
+            (its ``summary.json`` records the frames done; ``run.log`` and the command line say so when
+            they differ).
         frames_per_batch: env steps collected per iteration.
         num_epochs: passes over each batch.
         minibatch_size: samples (env steps) per gradient step.
@@ -196,10 +199,24 @@ class TrainConfig:
                 raise ConfigError(f"{key} must be in [0, 2**31 - 1] (0 to {2**31 - 1}), got {seed}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"train.seeds must be different seeds, got {self.seeds}")
+        if self.seeds and self.seed != 0:  # each of train.seeds is a run's train.seed: this one would be unused
+            raise ConfigError(
+                f"train.seed={self.seed} is not used when train.seeds={self.seeds} is given (each seed of "
+                f"train.seeds is one run's train.seed): put {self.seed} into train.seeds, or drop train.seed"
+            )
 
     @property
     def iterations(self) -> int:
         return -(-self.total_frames // self.frames_per_batch)
+
+
+def rounded_budget(train: TrainConfig) -> str:
+    """One line on a ``train.total_frames`` that is not a whole number of batches: what the run does."""
+    done = train.iterations * train.frames_per_batch
+    return (
+        f"train.total_frames={train.total_frames} is not a multiple of train.frames_per_batch="
+        f"{train.frames_per_batch}: the run does {train.iterations} iterations, {done} frames"
+    )
 
 
 @dataclass

@@ -283,9 +283,12 @@ def load_policy(
 
 def record_factory(cfg: Config, env_fn: EnvFactory | None) -> Config:
     """The config a run records: its env section as :func:`~marl_ppo.envs.custom.recorded_env` gives it
-    (``env_fn`` named as ``env.factory`` where it can be)."""
+    (``env_fn`` named as ``env.factory`` where it can be), its opponents' paths absolute
+    (:func:`~marl_ppo.run.pinned.absolute_sources`)."""
+    from marl_ppo.run.pinned import absolute_sources
+
     env = recorded_env(cfg.env, env_fn)
-    return cfg if env is cfg.env else replace(cfg, env=env)
+    return absolute_sources(cfg if env is cfg.env else replace(cfg, env=env))
 
 
 def _usable_checkpoint(ckpt_dir: Path, skip: str) -> str | None:

@@ -40,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "write_checkpoint",
     "load_checkpoint",
+    "usable_iterations",
     "rng_state",
     "set_rng_state",
     "preserved_rng",
@@ -246,8 +247,22 @@ class Choice:
     notes: list[str] = field(default_factory=list)
 
 
-def choose_checkpoint(ckpt_dir: Path, mismatch: Callable[[dict[str, Any]], str | None]) -> Choice:
-    """The newest checkpoint in ``ckpt_dir`` that loads and fits the run.
+def usable_iterations(ckpt_dir: Path) -> set[int]:
+    """The iterations of the checkpoints in ``ckpt_dir`` that load."""
+    out = set()
+    for path in checkpoint_candidates(ckpt_dir):
+        try:
+            out.add(int(load_checkpoint(path)["iteration"]))
+        except CheckpointError:
+            continue
+    return out
+
+
+def choose_checkpoint(
+    ckpt_dir: Path, mismatch: Callable[[dict[str, Any]], str | None], at_most: int | None = None
+) -> Choice:
+    """The newest checkpoint in ``ckpt_dir`` that loads and fits the run (``at_most``: of iteration
+    ``<= at_most``, the point a group of seeds resumes from together).
 
     Removes stale ``*.tmp`` files first. Reads ``last.pt``, then any ``iter_*.pt`` newer than it
     (newest first), stopping at the first that loads and for which ``mismatch(state)`` is
@@ -268,6 +283,8 @@ def choose_checkpoint(ckpt_dir: Path, mismatch: Callable[[dict[str, Any]], str |
             notes.append(f"skipped {path.name}: {err}")
             return None
         why = mismatch(state)
+        if why is None and at_most is not None and int(state["iteration"]) > at_most:
+            why = f"iteration {state['iteration']}: the group's seeds resume together from iteration {at_most}"
         if why is not None:
             notes.append(f"skipped {path.name}: {why}")
             return None
@@ -279,6 +296,9 @@ def choose_checkpoint(ckpt_dir: Path, mismatch: Callable[[dict[str, Any]], str |
     for path in (p for p in candidates if p != last):
         if int(_ITER.search(path.name).group(1)) <= floor:
             break
+        if at_most is not None and int(_ITER.search(path.name).group(1)) > at_most:
+            notes.append(f"skipped {path.name}: the group's seeds resume together from iteration {at_most}")
+            continue
         state = usable(path)
         if state is not None:
             if best[1] is not None:

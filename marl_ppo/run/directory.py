@@ -10,9 +10,9 @@ from typing import Any
 
 from torchrl.envs import TransformedEnv
 
-from marl_ppo.config import Config
+from marl_ppo.config import Config, TrainConfig, rounded_budget
 
-__all__ = ["run_directory", "collector_text", "note", "finished_summary", "write_summary"]
+__all__ = ["run_directory", "collector_text", "note", "start_notes", "finished_summary", "write_summary"]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
@@ -43,6 +43,14 @@ def note(run_dir: Path, text: str) -> None:
     ``config.yaml`` would not show (the collector it got, a setting changed on resume)."""
     with open(Path(run_dir) / "run.log", "a") as f:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+
+def start_notes(run_dir: Path, collector: str, train: TrainConfig) -> None:
+    """The notes a run starts with: the collector it got, and its budget where ``train.total_frames`` is not
+    a whole number of batches."""
+    note(run_dir, f"collector: {collector}")
+    if train.total_frames % train.frames_per_batch:
+        note(run_dir, f"frames: {rounded_budget(train)}")
 
 
 def collector_text(collector, env: Any = None) -> str:

@@ -26,10 +26,11 @@ from marl_ppo.config import Config
 from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.opponents import count_outcomes, parse_source, source_label
 from marl_ppo.opponents.ratings import fit_elo
+from marl_ppo.options import ConfigError
 from marl_ppo.run.build import Parts, build_opponent
 from marl_ppo.run.evaluation import Evaluator
 
-__all__ = ["Payoff", "play_payoff", "symmetric_pool", "snapshot_actor"]
+__all__ = ["Payoff", "play_payoff", "symmetric_pool", "snapshot_actor", "check_payoff"]
 
 
 @dataclass
@@ -62,6 +63,17 @@ def symmetric_pool(parts: Parts) -> tuple[str, str] | None:
             if g != seat and networks.of(losses[g].actor_network) is net:
                 return g, seat
     return None
+
+
+def check_payoff(cfg: Config, parts: Parts) -> None:
+    """A ConfigError for ``pool.payoff_episodes`` on a run without a symmetric pool: the matrix would be
+    silently skipped at the end of the run."""
+    if cfg.pool.payoff_episodes and symmetric_pool(parts) is None:
+        raise ConfigError(
+            f"pool.payoff_episodes={cfg.pool.payoff_episodes}: the payoff matrix needs a symmetric pool (two "
+            "groups, one seat playing the other's snapshots: opponents: {SEAT: pool:GROUP}); this run has "
+            f"opponents {dict(cfg.opponents) or 'none'}: set pool.payoff_episodes=0"
+        )
 
 
 def snapshot_actor(spec, pool, k: int):

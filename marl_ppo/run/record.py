@@ -37,8 +37,8 @@ class SeedRecord:
 
     ``parts`` give the policy the evaluation plays (with S seeds: the template's, run with this
     seed's tensors by the trainer); ``state`` is the seed's own single-run state, which ``resume``
-    loads from the directory's newest usable checkpoint (:func:`~marl_ppo.run.resume.resume_point`)
-    before the seeds' states are stacked.
+    loads from the directory's newest usable checkpoint (:func:`~marl_ppo.run.resume.resume_point`;
+    ``resume_at``: of iteration ``<= resume_at``, where a group's seeds meet) before the seeds' states are stacked.
     """
 
     def __init__(
@@ -49,6 +49,7 @@ class SeedRecord:
         state: TrainState,
         *,
         resume: bool = False,
+        resume_at: int | None = None,
         env_fn: EnvFactory | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.ckpt_dir = cfg, run_dir, run_dir / "checkpoints"
@@ -61,7 +62,7 @@ class SeedRecord:
         self.saved_iteration: int | None = None
         self.failed = self._warned_no_episode = False
         self.config_yaml = to_yaml(cfg)
-        self.resume = resume_point(run_dir, cfg, state) if resume else None
+        self.resume = resume_point(run_dir, cfg, state, at_most=resume_at) if resume else None
         if self.resume is not None and self.resume.rng is not None:
             self.saved_iteration = state.iteration
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -131,8 +131,9 @@ def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any]) 
     scheduler._last_lr = [group["lr"] for group in groups]
 
 
-def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
-    """Loads the newest usable checkpoint of ``run_dir`` into ``state`` with ``cfg``'s changeable settings
+def resume_point(run_dir: Path, cfg: Config, state: TrainState, at_most: int | None = None) -> ResumePoint:
+    """Loads the newest usable checkpoint of ``run_dir`` (``at_most``: of iteration ``<= at_most``) into
+    ``state`` with ``cfg``'s changeable settings
     in force; what was found and changed, and why (nothing for a finished run: see :class:`ResumePoint`).
     Refuses (:class:`ConfigError`, nothing written) a change that may not be made on resume, and fewer
     ``train.total_frames`` than the run has done."""
@@ -140,7 +141,7 @@ def resume_point(run_dir: Path, cfg: Config, state: TrainState) -> ResumePoint:
     if not (run_dir / "config.yaml").exists() and not ckpt_dir.exists():
         raise FileNotFoundError(f"cannot resume: {run_dir} holds no run (no config.yaml, no checkpoint)")
     changes = _check_changes(run_dir, cfg)
-    choice = choose_checkpoint(ckpt_dir, lambda ckpt: network_mismatch(state.router, ckpt))
+    choice = choose_checkpoint(ckpt_dir, lambda ckpt: network_mismatch(state.router, ckpt), at_most=at_most)
     notes = list(choice.notes)
     if choice.state is None:
         notes.append("no checkpoint: the run starts afresh in its directory (its logs are cleared)")

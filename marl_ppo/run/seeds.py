@@ -44,6 +44,7 @@ from marl_ppo.core.state import TrainState
 from marl_ppo.envs.kinds import env_kind
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import lr_schedule
+from marl_ppo.run.checkpoints import usable_iterations
 
 __all__ = [
     "SeedNet",
@@ -80,6 +81,8 @@ def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module |
         why = f"train.collector.backend={cfg.train.collector.backend} (the seeds collect in this process)"
     elif cfg.opponents:
         why = "opponents (a pool or a frozen player per seed is not stacked yet)"
+    elif cfg.loss.value_norm == "popart":
+        why = "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
     elif cfg.train.compile:
         why = "train.compile=true (compiling the vmapped update is not measured yet)"
     elif algorithm(cfg.loss.algorithm).sequential:
@@ -203,6 +206,23 @@ def stacked_state(cfg: Config, singles: Sequence[TrainState]) -> TrainState:
     if first.iteration:  # resumed: each seed's Adam moments go on
         state.load_optimizer_states({s: single.step.optimizer.state_dict() for s, single in enumerate(singles)})
     return state
+
+
+def common_iteration(run_dirs: Sequence[Path]) -> int | None:
+    """The newest iteration at which every seed of a group has a checkpoint that loads (a seed whose newest
+    checkpoints are corrupt stands behind the others: the group resumes from where all of them are);
+    ``None`` where a seed has no checkpoint (it starts afresh, and so must the others: stacking refuses)."""
+    found = [usable_iterations(Path(d) / "checkpoints") for d in run_dirs]
+    if not all(found):
+        return None
+    common = set.intersection(*found)
+    if not common:
+        raise ConfigError(
+            "the seeds' checkpoints share no iteration ("
+            + "; ".join(f"{d}: {sorted(f)}" for d, f in zip(run_dirs, found))
+            + "): resume each seed's directory as a single run instead"
+        )
+    return max(common)
 
 
 def group_run_dirs(run_dir: str | Path) -> list[Path]:

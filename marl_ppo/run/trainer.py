@@ -38,11 +38,13 @@ from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import build, build_collector, record_factory, seed_everything, train_state
 from marl_ppo.run.callbacks import Callbacks
-from marl_ppo.run.directory import collector_text, finished_summary, note, run_directory
+from marl_ppo.run.directory import collector_text, finished_summary, run_directory, start_notes
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
+from marl_ppo.run.payoff import check_payoff
+from marl_ppo.run.pinned import pinned_configs
 from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord
 from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
-from marl_ppo.run.seeds import check_seeds, seed_configs, seed_policy, stacked_state, write_group_file
+from marl_ppo.run.seeds import check_seeds, common_iteration, seed_configs, seed_policy, stacked_state, write_group_file
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 
 __all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted", "CHECKPOINT_FORMAT"]
@@ -96,10 +98,14 @@ class Trainer:
         planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]
         singles = [(parts, train_state(c, parts)) for c in configs for parts in [build(c, env_fn=env_fn)]]
         self.parts = parts = singles[0][0]  # with S seeds, seed 0's router is the template of the stack
+        check_payoff(self.cfg, parts)
+        configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in
+        self.cfg = configs[0]
         if len(configs) > 1:
             check_seeds(cfg, configs, parts.router)  # a bad env, table or model fails before any directory exists
+        meet = common_iteration(planned) if resume and len(configs) > 1 else None
         self.records = [
-            SeedRecord(c, d, parts, state, resume=resume, env_fn=env_fn)
+            SeedRecord(c, d, parts, state, resume=resume, resume_at=meet, env_fn=env_fn)
             for c, d, (_, state) in zip(configs, planned, singles)
         ]
         self.state = stacked_state(self.cfg, [state for _, state in singles])  # one seed: its own, as built
@@ -154,12 +160,13 @@ class Trainer:
         remaining = cfg.train.total_frames - state.frames
         if remaining <= 0 or self._stop_requested:  # finished or stopped: each seed completes or keeps its record
             return self._result([self._completed(s) for s in range(len(self.records))])
+        remaining = -(-remaining // cfg.train.frames_per_batch) * cfg.train.frames_per_batch  # whole batches
         collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds)
         self.collector_used = collector_text(collector, self.env)
         if state.seeds > 1:
             self.collector_used += f", {state.seeds} seeds in one process (train.seeds)"
         for record in self.records:
-            note(record.run_dir, f"collector: {self.collector_used}")
+            start_notes(record.run_dir, self.collector_used, cfg.train)
         resumed = self.records[0].resume
         if resumed is not None and resumed.rng is not None:
             self._restart_episodes(collector, resumed.rng)  # as the uninterrupted run did after this checkpoint
