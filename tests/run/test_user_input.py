@@ -1,0 +1,154 @@
+"""What a user types is understood, and what a run records lets it be reproduced, through the CLI.
+
+Each test runs ``python -m marl_ppo`` in a subprocess on tiny real runs and asserts on the message
+and on what is, or is not, left on disk:
+
+* overrides are taken anywhere on the line, and the config name anywhere among them;
+* ``--print-config`` and ``--dry-run`` refuse what ``train`` refuses (many seeds with PopArt, with
+  opponents), and leave no run directory;
+* ``train.seed`` beside ``train.seeds``, and ``pool.payoff_episodes`` without a symmetric pool, are
+  refused in one line;
+* a budget that is not a whole number of batches is rounded up, said on the terminal and in
+  ``run.log``, and the frames done are recorded (no torchrl warning);
+* a scripted opponent's file and a ``checkpoint:`` run given as relative paths are recorded as
+  absolute ones, and the run is evaluated from another folder;
+* a frozen opponent is pinned into the run: after the opponent's run trains on, the dependent run's
+  evaluation is unchanged, and its pinned copy still holds the iteration it played;
+* a group of seeds whose newest checkpoints of one seed are corrupt resumes from the newest iteration
+  every seed has, and every seed ends at the budget (the intact seed bit for bit as before).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # whole runs in subprocesses
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "env.num_envs=4", "env.max_steps=10", "env.kwargs.n_agents=2", "train.frames_per_batch=40",
+    "train.total_frames=80", "train.num_epochs=1", "train.minibatch_size=40", "model.hidden=[16]",
+    "log.eval_every=0", "log.progress=false", "log.plot=false",
+]  # fmt: skip
+GAME = [
+    "env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.num_envs=2", "env.max_steps=9",
+    "train.frames_per_batch=20", "train.minibatch_size=20", "train.num_epochs=1", "model.hidden=[8]",
+    "log.eval_every=0", "log.progress=false", "log.plot=false",
+]  # fmt: skip
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "marl_ppo", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_overrides_are_taken_anywhere_on_the_line(tmp_path):
+    proc = cli("train", "--print-config", "train.lr=0.002", "balance", "--dry-run", "env.num_envs=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "  lr: 0.002" in proc.stdout and "  scenario: balance" in proc.stdout and "  num_envs: 2" in proc.stdout
+    proc = cli("train", "a.yaml", "b.yaml", "--print-config")
+    assert proc.returncode == 1
+    assert last_line(proc) == (
+        "marl-ppo train: error: ValueError: one config file or shipped config name at most, got ['a.yaml', "
+        "'b.yaml']; overrides are key=value"
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, extra, words",
+    [
+        (
+            "--print-config",
+            ["loss.value_norm=popart"],
+            "many seeds in one process do not support loss.value_norm=popart",
+        ),
+        ("--dry-run", ["opponents={player_2: random}", *GAME], "many seeds in one process do not support opponents"),
+    ],
+)
+def test_print_config_and_dry_run_refuse_what_train_refuses(tmp_path, flag, extra, words):
+    proc = cli("train", flag, "train.seeds=[0,1]", *extra, f"log.root={tmp_path}")
+    assert proc.returncode == 1 and words in last_line(proc), proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_seed_beside_seeds_and_a_payoff_matrix_without_a_pool_are_refused(tmp_path):
+    proc = cli("train", "train.seeds=[0,1]", "train.seed=3", f"log.root={tmp_path}")
+    assert last_line(proc) == (
+        "marl-ppo train: error: ConfigError: train.seed=3 is not used when train.seeds=[0, 1] is given (each seed "
+        "of train.seeds is one run's train.seed): put 3 into train.seeds, or drop train.seed"
+    )
+    proc = cli("train", *GAME, "opponents={player_2: random}", "pool.payoff_episodes=10", f"log.root={tmp_path}")
+    assert proc.returncode == 1
+    assert "pool.payoff_episodes=10: the payoff matrix needs a symmetric pool" in last_line(proc)
+    assert "set pool.payoff_episodes=0" in last_line(proc)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_budget_that_is_not_whole_batches_is_rounded_up_and_said(tmp_path):
+    proc = cli("train", *TINY, "train.total_frames=90", f"log.root={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    said = "train.total_frames=90 is not a multiple of train.frames_per_batch=40: the run does 3 iterations, 120 frames"
+    assert f"marl-ppo train: {said}" in proc.stderr and "divisible" not in proc.stderr  # no torchrl warning
+    (run,) = [p.parent for p in tmp_path.glob("*/config.yaml")]
+    assert json.loads((run / "summary.json").read_text())["frames"] == 120
+    assert said in (run / "run.log").read_text()
+
+
+def test_relative_paths_are_recorded_absolute_and_a_frozen_opponent_is_pinned(tmp_path):
+    bots = tmp_path / "work" / "bots"
+    bots.mkdir(parents=True)
+    (bots / "first.py").write_text(
+        "import numpy as np\n\ndef act(observation, action_mask):\n    return int(np.flatnonzero(action_mask)[0])\n"
+    )
+    work = tmp_path / "work"
+    assert cli("train", *GAME, "train.total_frames=40", "log.name=a", "log.root=runs", cwd=work).returncode == 0
+    proc = cli(
+        "train", *GAME, "train.total_frames=20", "log.name=b", "log.root=runs",
+        "opponents={player_2: checkpoint:runs/a}", "log.eval_opponents=[bots/first.py:act]", cwd=work,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    b = work / "runs" / "b"
+    config = (b / "config.yaml").read_text()
+    assert f"player_2: checkpoint:{b.resolve()}/opponents/player_2" in config  # the pinned copy
+    assert f"- {bots.resolve()}/first.py:act" in config
+    pinned = json.loads((b / "opponents" / "player_2" / "pinned.json").read_text())
+    copy = b / "opponents" / "player_2" / "checkpoints" / "last.pt"
+    assert pinned["iteration"] == 2 and pinned["run_dir"] == str((work / "runs" / "a").resolve())
+    assert pinned["sha256"] == hashlib.sha256(copy.read_bytes()).hexdigest()
+    before = cli("eval", str(b), "--episodes", "4", cwd=tmp_path)  # from another folder
+    assert before.returncode == 0, before.stderr
+    # the opponent's run trains on: the dependent run still plays (and evaluates against) what it played
+    assert cli("train", "--resume", "runs/a", "train.total_frames=80", cwd=work).returncode == 0
+    after = cli("eval", str(b), "--episodes", "4", cwd=tmp_path)
+    assert json.loads(after.stdout)["episode_reward"] == json.loads(before.stdout)["episode_reward"]
+    assert json.loads((work / "runs" / "a" / "summary.json").read_text())["iteration"] == 4
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == pinned["sha256"]
+
+
+def test_a_seed_group_with_one_seeds_newest_checkpoints_corrupt_brings_every_seed_to_the_budget(tmp_path):
+    args = [*TINY, "train.seeds=[0,1]", "train.total_frames=120", "log.checkpoint_every=1", f"log.root={tmp_path}"]
+    assert cli("train", *args).returncode == 0
+    seed0, seed1 = (tmp_path / f"navigation-mappo-seed{s}" for s in (0, 1))
+    digest = hashlib.sha256((seed0 / "checkpoints" / "last.pt").read_bytes()).hexdigest()
+    for name in ("last.pt", "iter_00003.pt"):  # seed 1 stands at iteration 2 now
+        (seed1 / "checkpoints" / name).write_bytes(b"cut off")
+    proc = cli("train", "--resume", str(seed0))
+    assert proc.returncode == 0, proc.stderr
+    for run in (seed0, seed1):
+        summary = json.loads((run / "summary.json").read_text())
+        assert (summary["frames"], summary["iteration"]) == (120, 3)
+    assert hashlib.sha256((seed0 / "checkpoints" / "last.pt").read_bytes()).hexdigest() == digest
+    assert "the group's seeds resume together from iteration 2" in (seed0 / "resume.log").read_text()
