@@ -54,6 +54,13 @@ def _train(args: argparse.Namespace) -> int:
             from marl_ppo.run.trainer import Trainer
 
             dirs = group_run_dirs(run_dir)
+            missing = [str(d) for d in dirs if not (d / "config.yaml").exists()]
+            if missing and not args.skip_missing_seeds:
+                raise FileNotFoundError(
+                    f"cannot resume the seed group of {run_dir}: {missing} holds no run (no config.yaml); resume the "
+                    f"other seeds as a group with: marl-ppo train --resume {run_dir} --skip-missing-seeds"
+                )
+            dirs = [d for d in dirs if (d / "config.yaml").exists()]
             configs = [load_config(d / "config.yaml", overrides) for d in dirs]
             trainer = Trainer(configs[0], configs=configs, run_dirs=dirs, resume=True)
         else:
@@ -172,6 +179,13 @@ def _tune(args: argparse.Namespace) -> int:
     except SuiteError as err:
         print(f"marl-ppo tune: error: {err}", file=sys.stderr)
         return 2
+    if result.interrupted:
+        print(
+            f"marl-ppo tune: interrupted before every trial ended; continue the search with: marl-ppo tune "
+            f"{args.tune} --out {result.out} --resume (no best.yaml until it ends)",
+            file=sys.stderr,
+        )
+        return 130
     return 0 if result.best is not None else 1
 
 
@@ -290,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.total_frames=120000")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument(
+        "--skip-missing-seeds",
+        action="store_true",
+        help="--resume of a train.seeds group: go on with the seeds whose directories are there",
+    )
+    p.add_argument(
         "-m",
         "--multirun",
         action="store_true",
@@ -335,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="play the trained policy against SOURCE (random, pool: the run's snapshots, checkpoint:RUN_DIR[:GROUP], "
         "module:callable) in each seat: win/draw/loss rates per seat, --episodes per seat; may be repeated",
     )
-    p.add_argument("--seat", help="with --opponent: the group the trained policy plays (default: every seat it can)")
+    p.add_argument(
+        "--seat", help="with --opponent: the group the trained policy plays (default, or all: every seat it can)"
+    )
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")

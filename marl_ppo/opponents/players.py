@@ -19,6 +19,7 @@ no loss and the optimizer never holds their weights.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from torch import nn
 from torchrl.data import OneHot
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.options import ConfigError
 
 __all__ = [
     "RandomPlayer",
@@ -109,6 +111,7 @@ class ScriptedPlayer(TensorDictModuleBase):
 
     def __init__(self, spec: GroupSpec, act: Callable[..., Any], name: str, raw: RawObservation, env: str) -> None:
         super().__init__()
+        _check_signature(act, f"opponents.{spec.name} ({name})")
         self.spec, self.act, self.name, self.raw, self.env = spec, act, name, raw, env
         keys = [spec.observation_keys[0], spec.action_mask_key, spec.keys.mask]
         self.in_keys = [k for k in keys if k is not None]
@@ -128,7 +131,13 @@ class ScriptedPlayer(TensorDictModuleBase):
             if acting is not None and not acting[i]:
                 actions.append(0 if n_choices else torch.zeros(spec.agent_action_spec.shape[1:]))
                 continue
-            action = self.act(self.raw.restore(obs[i]), legal)
+            try:
+                action = self.act(self.raw.restore(obs[i]), legal)
+            except Exception as err:  # noqa: BLE001 -- a bot may raise anything: say whose and where
+                raise OpponentError(
+                    f"{self._where(i // spec.n_agents)} raised {type(err).__name__}: {err} (for agent "
+                    f"{spec.agents[i % spec.n_agents]!r}; a bot written for another game, or a bug in it?)"
+                ) from err
             actions.append(self._check(action, legal, n_choices, i // spec.n_agents))
         if n_choices:
             return _write_choice(spec, td, torch.tensor(actions, device=td.device).reshape(lead))
@@ -136,8 +145,11 @@ class ScriptedPlayer(TensorDictModuleBase):
         td.set(spec.keys.action, value.to(device=td.device, dtype=spec.agent_action_spec.dtype))
         return td
 
+    def _where(self, copy_index: int) -> str:
+        return f"opponents.{self.spec.name} ({self.name}) in copy {copy_index} of {self.env}"
+
     def _check(self, action: Any, legal: np.ndarray | None, n_choices: int | None, copy_index: int) -> Any:
-        where = f"opponents.{self.spec.name} ({self.name}) in copy {copy_index} of {self.env}"
+        where = self._where(copy_index)
         if not n_choices:
             return action
         try:
@@ -150,6 +162,19 @@ class ScriptedPlayer(TensorDictModuleBase):
                 f"{where} chose action {action!r}, which is not legal there; the legal actions were {allowed}"
             )
         return index
+
+
+def _check_signature(act: Callable[..., Any], what: str) -> None:
+    """A ConfigError, when the player is loaded, for a callable that cannot take ``(observation, action_mask)``."""
+    try:
+        inspect.signature(act).bind(None, None)
+    except TypeError:
+        raise ConfigError(
+            f"{what}: a scripted opponent is called as act(observation, action_mask); its signature is "
+            f"{inspect.signature(act)}"
+        ) from None
+    except ValueError:  # a builtin without a signature: it is called as it is
+        return
 
 
 def _n_choices(spec: GroupSpec) -> int | None:

@@ -55,9 +55,13 @@ class Matches:
         self.seats = seats(parts) if self.sources else {}
         if len(parts.groups) < 2 and self.sources:
             raise ConfigError(f"an opponent needs a second group to play; the env has only {list(parts.groups)}")
+        if seat in ("all", "both"):  # every seat it can play: the default
+            seat = None
         if seat is not None:
             if seat not in self.seats:
-                raise ConfigError(f"--seat {seat!r}: the trained policy can play {sorted(self.seats)}")
+                raise ConfigError(
+                    f"--seat {seat!r}: the trained policy can play {sorted(self.seats)} (or all of them: --seat all)"
+                )
             self.seats = {seat: self.seats[seat]}
         self._players: dict[tuple[str, str], object] = {}  # (source, group) -> player, built once
 

@@ -94,7 +94,8 @@ def seat_learners(cfg: Config, pools: dict[str, PoolPlayer], networks: dict[str,
     if not shared:
         raise ConfigError(
             f"pool.seating=learner draws which of several pool seats on one group's networks plays the latest "
-            f"policy, but the pool seats {list(pools)} share none (e.g. player_1: pool, player_2: pool:player_1)"
+            f"policy, but the pool seats {list(pools)} share none (e.g. player_1: pool, player_2: pool:player_1); "
+            "with one pool seat, set pool.seating=independent"
         )
     for seats in shared:
         seating = LearnerSeating(seats)
@@ -202,7 +203,10 @@ def _checkpoint_player(cfg: Config, key: str, source: OpponentSource, spec: Grou
         )
     why = seat_difference(spec, other.router.groups[group])
     if why is not None:
-        raise ConfigError(f"{key}: the policy of group {group!r} of run {source.target} cannot play this seat: {why}")
+        raise ConfigError(
+            f"{key}: the policy of group {group!r} of run {source.target} cannot play this run's seat {spec.name!r}: "
+            f"{why} (this run's seat on the left, the other run's group on the right)"
+        )
     try:
         actor = other.router.losses[group].actor_network
         return seat_actor(

@@ -233,6 +233,6 @@ def group_run_dirs(run_dir: str | Path) -> list[Path]:
 
 def write_group_file(run_dirs: Sequence[Path], seeds: Sequence[int]) -> None:
     """Each seed's directory names the whole group: ``--resume`` of any of them resumes all."""
-    group = {"seeds": list(seeds), "run_dirs": [str(d) for d in run_dirs]}
+    group = {"seeds": list(seeds), "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}  # from any folder
     for run_dir in run_dirs:
         (Path(run_dir) / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")

@@ -44,7 +44,7 @@ __all__ = ["TrialResult", "TuneResult", "check_tune", "run_tune"]
 class TrialResult:
     name: str
     params: dict[str, Any]
-    status: str  # finished | stopped (by the scheduler) | failed
+    status: str  # finished | stopped (by the scheduler) | failed | interrupted | not started (Ctrl-C)
     frames: int
     last: Optional[float]
     best: Optional[float]
@@ -58,6 +58,7 @@ class TuneResult:
     trials: list[TrialResult]
     best: Optional[TrialResult]
     out: Path
+    interrupted: bool = False  # stopped (Ctrl-C) before every trial ended: no best, resume to finish
 
 
 def check_tune(spec: TuneSpec) -> Config:
@@ -166,6 +167,8 @@ def run_tune(
 ) -> TuneResult:
     """Runs the search (see the module docstring); the results, also written in ``spec.out``."""
     base = check_tune(spec)
+    if resume and not (Path(spec.out).resolve() / "ray" / spec.name).is_dir():  # before anything is written
+        raise SuiteError(f"cannot resume: {Path(spec.out).resolve() / 'ray' / spec.name} holds no Tune experiment")
     out = writable_folder(Path(spec.out).resolve())
     record = {
         "task": spec.task,
@@ -263,6 +266,23 @@ def _complete(run_dir: Path) -> None:
     trainer.fit()
 
 
+def _interrupted(experiment: str) -> bool:
+    """Whether the search stopped before every trial ended (Ctrl-C): Ray then returns from ``fit()`` as if
+    it had ended, with the trials it did not end saved as pending for ``Tuner.restore``."""
+    import logging
+
+    from ray.tune import ExperimentAnalysis
+
+    quiet = logging.getLogger("ray.tune")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # one warning per trial without results: those are the ones we look for
+    try:
+        trials = ExperimentAnalysis(experiment).trials
+    finally:
+        quiet.setLevel(level)
+    return any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+
+
 def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None]) -> TuneResult:
     for i in range(len(grid)):
         run_dir = out / "trials" / Path(grid[i].path).name
@@ -270,9 +290,15 @@ def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None])
         if stopped and any((run_dir / "checkpoints").glob("iter_*.pt")):
             _complete(run_dir)
     trials = [_trial_result(spec, grid[i], out) for i in range(len(grid))]
+    interrupted = _interrupted(grid.experiment_path)
     finished = [t for t in trials if t.status == "finished" and t.last is not None]
     pick = max if spec.mode == "max" else min
-    best = pick(finished, key=lambda t: t.last) if finished else None
+    best = pick(finished, key=lambda t: t.last) if finished and not interrupted else None
+    if interrupted:
+        (out / "best.yaml").unlink(missing_ok=True)  # a best of an unfinished search is not its best
+        for t in trials:  # a trial Ray stopped at the signal looks stopped or failed: it was interrupted
+            if t.status != "finished":
+                t.status = "interrupted" if t.run_dir.is_dir() else "not started"
     if best is not None:
         params = [f"{k}={flow(v)}" for k, v in best.params.items()]
         (out / "best.yaml").write_text(
@@ -289,7 +315,7 @@ def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None])
             f"{spec.metric} (best)": t.best,
             "frames": t.frames,
             "status": t.status,
-            "run_dir": str(t.run_dir),
+            "run_dir": str(t.run_dir) if t.run_dir.is_dir() else "",
         }
         for t in trials
     ]
@@ -315,7 +341,7 @@ def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None])
         echo(f"{t.status:<9} {t.name}  {spec.metric}={t.last}  frames={t.frames}  {t.params}")
     if best is not None:
         echo(f"best: {best.name} ({spec.metric} = {best.last:.4g}); {out / 'best.yaml'}")
-    return TuneResult(trials, best, out)
+    return TuneResult(trials, best, out, interrupted=interrupted)
 
 
 def _plot(spec: TuneSpec, trials: list[TrialResult], path: Path) -> None:

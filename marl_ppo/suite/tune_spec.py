@@ -219,7 +219,11 @@ class TuneSpec:
             if key not in raw:
                 raise SuiteError(f"{source}: {key}: is missing")
         task = str(resolve_task(str(raw["task"]), base, f"{source}: task"))
-        if not isinstance(raw["space"], Mapping) or not raw["space"]:
+        if isinstance(raw["space"], Mapping) and not raw["space"]:
+            raise SuiteError(
+                f"{source}: space: is empty; give at least one config key to search, e.g. train.lr: [1e-4, 1e-3]"
+            )
+        if not isinstance(raw["space"], Mapping):
             raise SuiteError(f"{source}: space: expected a mapping of config keys to domains")
         space = tuple(Domain.parse(str(k), v, f"{source}: space.{k}") for k, v in raw["space"].items())
         resources = raw.get("resources") or {}

@@ -142,6 +142,7 @@ BAD = [
     ({"scheduler": {"kind": "asha", "grace": 2}}, ["unknown key 'grace'", "allowed keys: kind, grace_period"]),
     ({"searcher": "hyperopt"}, ["searcher must be 'random' or 'optuna'", "'hyperopt'"]),
     ({"spaces": {}}, ["unknown key 'spaces'", "did you mean 'space'"]),
+    ({"space": {}}, ["space: is empty; give at least one config key to search"]),
 ]
 
 
@@ -321,7 +322,12 @@ def test_an_interrupted_experiment_continues_with_resume_without_redoing_finishe
     while time.time() < deadline and len(list(trials.glob("*/summary.json"))) < 1:
         time.sleep(0.1)
     driver.send_signal(signal.SIGINT)  # Tune saves the experiment's state and stops
-    driver.wait(timeout=120)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-3000:]  # not a finished search
+    assert f"continue the search with: marl-ppo tune {path} --out {tmp_path / 'out'} --resume" in err
+    assert not (tmp_path / "out" / "best.yaml").exists()  # no best of an unfinished search
+    statuses = [r["status"] for r in csv.DictReader(open(tmp_path / "out" / "trials.csv"))]
+    assert "failed" not in statuses and {"interrupted", "not started"} & set(statuses), statuses
     done_before = {p.parent.name: p.stat().st_mtime_ns for p in trials.glob("*/summary.json")}
     assert 1 <= len(done_before) < 4, done_before
     resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
@@ -331,6 +337,16 @@ def test_an_interrupted_experiment_continues_with_resume_without_redoing_finishe
     assert all(summaries[name] == mtime for name, mtime in done_before.items())  # not redone
     rows = list(csv.DictReader(open(tmp_path / "out" / "trials.csv")))
     assert sorted(r["status"] for r in rows) == ["finished"] * 4
+    assert (tmp_path / "out" / "best.yaml").is_file()
+
+
+def test_resume_of_a_search_that_is_not_there_writes_nothing(tmp_path, capsys):
+    raw = _tiny_raw(tmp_path)
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["tune", str(path), "--resume"]) == 2
+    assert f"cannot resume: {tmp_path / 'out' / 'ray' / 'tiny'} holds no Tune experiment" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("package", ["ray.tune", "optuna"])
