@@ -15,7 +15,11 @@ and on what is, or is not, left on disk:
 * a frozen opponent is pinned into the run: after the opponent's run trains on, the dependent run's
   evaluation is unchanged, and its pinned copy still holds the iteration it played;
 * a group of seeds whose newest checkpoints of one seed are corrupt resumes from the newest iteration
-  every seed has, and every seed ends at the budget (the intact seed bit for bit as before).
+  every seed has, and every seed ends at the budget (the intact seed bit for bit as before);
+* a scripted opponent that raises is named with its seat, env copy and game; one whose signature
+  cannot take ``(observation, action_mask)`` is refused when loaded, before any run directory;
+* a seed group with a seed's directory gone says which, and ``--skip-missing-seeds`` resumes the rest;
+  ``--seat all`` plays every seat; a pool seating without two pool seats names the setting to use.
 """
 
 from __future__ import annotations
@@ -152,3 +156,62 @@ def test_a_seed_group_with_one_seeds_newest_checkpoints_corrupt_brings_every_see
         assert (summary["frames"], summary["iteration"]) == (120, 3)
     assert hashlib.sha256((seed0 / "checkpoints" / "last.pt").read_bytes()).hexdigest() == digest
     assert "the group's seeds resume together from iteration 2" in (seed0 / "resume.log").read_text()
+
+
+def test_a_scripted_opponent_that_raises_or_has_a_wrong_signature_is_named(tmp_path):
+    (tmp_path / "bots.py").write_text(
+        "def crash(observation, action_mask):\n    return {'a': 1}['b']\n\ndef one(observation):\n    return 0\n"
+    )
+    proc = cli(
+        "train",
+        *GAME,
+        "train.total_frames=20",
+        f"log.root={tmp_path}/runs",
+        f"opponents={{player_2: {tmp_path}/bots.py:crash}}",
+    )
+    assert proc.returncode == 1
+    line = last_line(proc)
+    assert (
+        f"OpponentError: opponents.player_2 ({tmp_path}/bots.py:crash) in copy 0 of tictactoe_v3 raised KeyError: 'b'"
+        in line
+    )
+    assert "for agent 'player_2'" in line
+    proc = cli(
+        "train",
+        *GAME,
+        "train.total_frames=20",
+        f"log.root={tmp_path}/none",
+        f"opponents={{player_2: {tmp_path}/bots.py:one}}",
+    )
+    assert last_line(proc) == (
+        f"marl-ppo train: error: ConfigError: opponents.player_2 ({tmp_path}/bots.py:one): a scripted opponent is "
+        "called as act(observation, action_mask); its signature is (observation)"
+    )
+    assert not (tmp_path / "none").exists()  # refused before any run directory
+
+
+def test_a_seed_group_with_a_missing_seed_directory_says_which_and_resumes_the_rest(tmp_path):
+    args = [*TINY, "train.seeds=[0,1,2]", "train.total_frames=40", f"log.root={tmp_path}"]
+    assert cli("train", *args).returncode == 0
+    seed0 = tmp_path / "navigation-mappo-seed0"
+    missing = tmp_path / "navigation-mappo-seed1"
+    for p in sorted(missing.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    missing.rmdir()
+    proc = cli("train", "--resume", str(seed0), "train.total_frames=80")
+    assert proc.returncode == 1
+    assert f"['{missing.resolve()}'] holds no run (no config.yaml)" in last_line(proc)
+    assert f"marl-ppo train --resume {seed0} --skip-missing-seeds" in last_line(proc)
+    assert cli("train", "--resume", str(seed0), "train.total_frames=80", "--skip-missing-seeds").returncode == 0
+    for s in (0, 2):
+        assert json.loads((tmp_path / f"navigation-mappo-seed{s}" / "summary.json").read_text())["frames"] == 80
+
+
+def test_seat_all_and_the_one_pool_seat_hint(tmp_path):
+    assert cli("train", *GAME, "train.total_frames=20", f"log.root={tmp_path}").returncode == 0
+    (run,) = [p.parent for p in tmp_path.glob("*/config.yaml")]
+    proc = cli("eval", str(run), "--opponent", "random", "--seat", "all", "--episodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["matches"]) == 2  # both seats
+    proc = cli("train", "tictactoe", "opponents={player_2: random}", "--dry-run")
+    assert proc.returncode == 1 and last_line(proc).endswith("with one pool seat, set pool.seating=independent")
