@@ -10,7 +10,7 @@
     marl-ppo export RUN_DIR [--format onnx ...]       # each trained group's policy as a file, checked
     marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
     marl-ppo suite merge OUT1 OUT2 --out MERGED       # suites run apart, merged
-    marl-ppo list [configs|suites|scenarios|pettingzoo]  # what is shipped and what can be trained here
+    marl-ppo list [configs|suites|tune|scenarios|pettingzoo]  # what is shipped and what can be trained here
     marl-ppo train CONFIG --print-config | --dry-run  # the resolved config; the env, groups and networks
     marl-ppo tune TUNE.yaml [key=value ...] [--resume]   # a search on Ray Tune (random/optuna, asha/pbt)
     marl-ppo --version                                # also: python -m marl_ppo ...
@@ -128,7 +128,7 @@ def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str])
 
 
 def _list(args: argparse.Namespace) -> int:
-    from marl_ppo.config_files import CONFIGS, shipped_configs, shipped_suites
+    from marl_ppo.config_files import CONFIGS, shipped_configs, shipped_suites, shipped_tunes
 
     def header(path: Path) -> str:  # the first sentence of a shipped file's opening comment says what it is
         lines = []
@@ -148,6 +148,10 @@ def _list(args: argparse.Namespace) -> int:
         print("suites (marl-ppo suite NAME):")
         for name in shipped_suites():
             print(f"  {name:<20} {header(CONFIGS / 'suites' / f'{name}.yaml')}")
+    if what in ("all", "tune"):
+        print("searches (marl-ppo tune NAME):")
+        for name in shipped_tunes():
+            print(f"  {name:<20} {header(CONFIGS / 'tune' / f'{name}.yaml')}")
     if what in ("all", "scenarios"):
         from marl_ppo.envs.vmas import vmas_scenarios
 
@@ -175,6 +179,8 @@ def _tune(args: argparse.Namespace) -> int:
         spec = TuneSpec.load(args.tune, tuple(args.overrides))
         if args.out:
             spec = dataclasses.replace(spec, out=args.out)
+        if args.max_concurrent:
+            spec = dataclasses.replace(spec, max_concurrent=args.max_concurrent)
         result = run_tune(spec, resume=args.resume, address=args.ray_address)
     except SuiteError as err:
         print(f"marl-ppo tune: error: {err}", file=sys.stderr)
@@ -398,13 +404,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_export)
     p = sub.add_parser("list", help="list the shipped configs and suites, VMAS scenarios and PettingZoo envs")
-    p.add_argument("what", nargs="?", default="all", choices=("all", "configs", "suites", "scenarios", "pettingzoo"))
+    p.add_argument(
+        "what", nargs="?", default="all", choices=("all", "configs", "suites", "tune", "scenarios", "pettingzoo")
+    )
     p.set_defaults(func=_list)
     p = sub.add_parser("tune", help="search config keys on Ray Tune (random/optuna; fifo/asha/pbt)")
     p.add_argument("tune", help="a tune YAML file, or a shipped one by name (marl_ppo/configs/tune/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every trial, after the file's")
     p.add_argument("--out", help="output folder (default: the file's out:)")
     p.add_argument("--resume", action="store_true", help="continue the interrupted experiment in the output folder")
+    p.add_argument(
+        "--max-concurrent",
+        type=_positive_int,
+        metavar="N",
+        help="at most N trials at once (a shared machine; default: as many as the CPUs allow, resources.cpus each)",
+    )
     p.add_argument("--ray-address", help="a running Ray cluster (default: RAY_ADDRESS, else a local one)")
     p.set_defaults(func=_tune)
     # listed for --help; main() hands `marl-ppo suite ...` to marl_ppo.suite's own parser

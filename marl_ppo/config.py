@@ -158,8 +158,10 @@ class TrainConfig:
         seeds: several seeds trained in one process on one env batch, parameters stacked, one run
             directory per seed (``docs/seeds.md``); empty: the one run of ``seed``.
         device: where the networks and the update run.
-        num_threads: torch intra-op threads (0: torch's default, one per core). On a busy machine
-            1 avoids threads spin-waiting on each other.
+        num_threads: torch intra-op threads. 0 (auto): the cores of the process's CPU affinity that
+            are idle when the run starts, at least 1 and at most torch's default (one per core); a
+            resume takes the run's own count. A busy machine's threads would spin-wait on each other
+            (``docs/performance.md``, "Threads on a busy machine").
         compile: compile the losses' forward and backward with ``torch.compile`` (needs a C++
             compiler on CPU). The first minibatch then takes seconds to a minute to compile;
             every later one runs faster. Pays off on long runs, not on a one-minute one.

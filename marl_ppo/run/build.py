@@ -50,6 +50,7 @@ from marl_ppo.run.opponents import (
     self_seat,
     shares_networks,
 )
+from marl_ppo.run.threads import auto_threads
 
 __all__ = [
     "Parts",
@@ -109,8 +110,7 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
 
     ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
     """
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
+    torch.set_num_threads(cfg.train.num_threads or auto_threads())  # 0: auto (marl_ppo/run/threads.py)
     seed_everything(cfg.train.seed)
     env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
     groups = read_group_specs(env)

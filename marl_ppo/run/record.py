@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from marl_ppo.config import Config, to_container, to_yaml
 from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory
@@ -101,6 +103,7 @@ class SeedRecord:
             "format": CHECKPOINT_FORMAT,
             **state.state_dict(seed),
             "episode_boundary": episode_boundary,
+            "threads": torch.get_num_threads(),  # a resume with train.num_threads=0 (auto) takes the same
             "rng": rng_state(),
             "config": self.config_yaml,
         }

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from marl_ppo.config import Config, ConfigError, from_yaml, to_container
@@ -156,6 +157,10 @@ def resume_point(run_dir: Path, cfg: Config, state: TrainState, at_most: int | N
             f"give train.total_frames >= {state.frames}"
         )
     _put_config_in_force(state, cfg, fresh)
+    if not cfg.train.num_threads and ckpt.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+        # auto picked another count on this machine: the run's own keeps its reductions bit for bit
+        notes.append(f"train.num_threads=0 (auto): {ckpt['threads']} threads, as the run had")
+        torch.set_num_threads(ckpt["threads"])
     if state.frames >= cfg.train.total_frames and (run_dir / "summary.json").exists():
         return ResumePoint(ckpt["rng"], [], finished=True)  # nothing will run: no change took effect
     notes.append(f"resumed from {choice.path.name} (iteration {state.iteration}, {state.frames} frames)")

@@ -202,6 +202,7 @@ def run_tune(
                     search_alg=_searcher(spec),
                     scheduler=_scheduler(spec, base),
                     trial_dirname_creator=trial_dirname,
+                    max_concurrent_trials=spec.max_concurrent or None,
                 ),
                 run_config=tune.RunConfig(
                     name=spec.name,
@@ -323,9 +324,11 @@ def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None])
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
         writer.writerows(rows)
-    if rows:
+    if rows:  # trials.md: the best first (by the metric at the last report), values to 4 significant digits
+        last = f"{spec.metric} (last)"
+        ranked = sorted(rows, key=lambda r: (r[last] is None, -(r[last] or 0) if spec.mode == "max" else r[last] or 0))
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
-        lines += ["| " + " | ".join("" if v is None else str(v) for v in row.values()) + " |" for row in rows]
+        lines += ["| " + " | ".join(_cell(v) for v in row.values()) + " |" for row in ranked]
         (out / "trials.md").write_text("\n".join(lines) + "\n")
     _plot(spec, trials, out / "tune.png")
     data: dict[str, Any] = {}
@@ -344,6 +347,13 @@ def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None])
     return TuneResult(trials, best, out, interrupted=interrupted)
 
 
+def _cell(value: Any) -> str:
+    """A value as ``trials.md`` shows it: floats to 4 significant digits, nothing for none."""
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def _plot(spec: TuneSpec, trials: list[TrialResult], path: Path) -> None:
     import matplotlib
 
@@ -354,7 +364,8 @@ def _plot(spec: TuneSpec, trials: list[TrialResult], path: Path) -> None:
     ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # up to 20 trials in distinct colours
     for t in trials:
         if t.history:
-            ax.plot(*zip(*t.history), label=f"{t.name} ({t.status})", marker=".")
+            values = ", ".join(f"{k.rsplit('.', 1)[-1]}={_cell(v)}" for k, v in t.params.items())
+            ax.plot(*zip(*t.history), label=f"{t.name} ({t.status}): {values}", marker=".")
     ax.set_xlabel("frames")
     ax.set_ylabel(spec.metric)
     ax.set_title(f"tune {spec.name}: {spec.metric} per trial")

@@ -192,6 +192,7 @@ class TuneSpec:
     gpus: float = 0.0
     max_failures: int = 0
     seed: int = 0  # the searcher's (the trials' own seeds are train.seed)
+    max_concurrent: int = 0  # trials at once at most (0: as many as the cluster's CPUs allow)
     out: str = "runs/tune"
     source: str = "<tune>"
 

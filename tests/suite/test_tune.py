@@ -79,6 +79,12 @@ def test_asha_stops_trials_that_cannot_learn_and_the_best_config_trains(asha, tm
     validate_marl_eval(data)
     assert len(data["vmas"]["navigation"]) == sum(t.status == "finished" for t in trials)
     assert (asha.out / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # trials.md: the best trial first, the metric falling row by row, values to 4 significant digits
+    table = (asha.out / "trials.md").read_text().splitlines()[2:]
+    last = [float(line.split(" | ")[3]) for line in table]
+    assert table[0].startswith(f"| {best.name} |") and last == sorted(last, reverse=True)
+    cells = [float(cell) for line in table for cell in line.split(" | ")[1:4]]
+    assert all(c == float(f"{c:.4g}") for c in cells)
 
 
 @pytest.mark.slow
@@ -311,11 +317,10 @@ def test_an_interrupted_experiment_continues_with_resume_without_redoing_finishe
     import time
 
     raw = _tiny_raw(tmp_path, space={"train.lr": {"grid": [1e-2, 3e-3, 1e-3, 5e-3]}}, scheduler="fifo", num_samples=1)
-    raw["resources"] = {"cpus": 2}  # one trial at a time
     path = tmp_path / "resume.yaml"
     path.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
-    cmd = [sys.executable, "-m", "marl_ppo", "tune", str(path)]
+    cmd = [sys.executable, "-m", "marl_ppo", "tune", str(path), "--max-concurrent", "1"]  # one trial at a time
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     trials = tmp_path / "out" / "trials"
     deadline = time.time() + 240
