@@ -241,7 +241,7 @@ def _matches(args: argparse.Namespace, cfg, parts) -> int:
 
     evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps)
     try:
-        played = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat)()
+        played = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat, sample=args.sample)()
     finally:
         evaluator.close()
         parts.env.close()
@@ -253,6 +253,7 @@ def _matches(args: argparse.Namespace, cfg, parts) -> int:
             continue
         print(f"against {source}: {counts.line()}", file=sys.stderr)
         rates = {"win_rate": counts.win_rate, "draw_rate": counts.draw_rate, "loss_rate": counts.loss_rate}
+        rates |= {f"{name}_ci95": list(bounds) for name, bounds in counts.intervals().items()}
         out.append({"opponent": source, **dataclasses.asdict(counts), **rates})
     print(json.dumps({"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "matches": out}, indent=2))
     return 1 if failed else 0
@@ -362,6 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--seat", help="with --opponent: the group the trained policy plays (default, or all: every seat it can)"
+    )
+    p.add_argument(
+        "--sample",
+        action="store_true",
+        help="with --opponent: the policies sample their actions (deterministic players would replay one game)",
     )
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")

@@ -16,7 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Outcomes", "count_outcomes"]
+__all__ = ["Outcomes", "count_outcomes", "wilson"]
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a rate of ``k`` in ``n`` (95 % by default): it stays inside [0, 1] and
+    keeps its width at 0 or ``n`` successes, where the normal approximation collapses. Written by hand:
+    three lines, where scipy or statsmodels would be a dependency.
+
+    >>> [round(x, 4) for x in wilson(5, 10)], [round(x, 4) for x in wilson(0, 10)]
+    ([0.2366, 0.7634], [0.0, 0.2775])
+    """
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * (p * (1 - p) / n + z2 / (4 * n * n)) ** 0.5 / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
@@ -53,12 +67,19 @@ class Outcomes:
             f"{prefix}/episodes": float(self.episodes),
         }
 
+    def intervals(self) -> dict[str, tuple[float, float]]:
+        """The 95 % Wilson interval of each rate: ``win_rate``, ``draw_rate``, ``loss_rate``."""
+        counts = {"win_rate": self.wins, "draw_rate": self.draws, "loss_rate": self.losses}
+        return {name: wilson(k, self.episodes) for name, k in counts.items()}
+
     def line(self) -> str:
-        """One line for a terminal."""
+        """One line for a terminal (each rate with its 95 % Wilson interval)."""
+        ci = {name: f"[{lo:.1%}, {hi:.1%}]" for name, (lo, hi) in self.intervals().items()}
         return (
-            f"{self.seat}: {self.episodes} episodes, win {self.win_rate:.1%} draw {self.draw_rate:.1%} "
-            f"loss {self.loss_rate:.1%} (wins {self.wins}, draws {self.draws}, losses {self.losses}); "
-            f"mean return {self.seat_return:.3f}, opponents' {self.others_return:.3f}"
+            f"{self.seat}: {self.episodes} episodes, win {self.win_rate:.1%} {ci['win_rate']} draw "
+            f"{self.draw_rate:.1%} {ci['draw_rate']} loss {self.loss_rate:.1%} {ci['loss_rate']} (wins "
+            f"{self.wins}, draws {self.draws}, losses {self.losses}); mean return {self.seat_return:.3f}, "
+            f"opponents' {self.others_return:.3f}"
         )
 
 

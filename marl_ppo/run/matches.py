@@ -48,9 +48,16 @@ class Matches:
     """Plays ``sources`` against the trained policy in ``seat`` (``None``: every seat it can take)."""
 
     def __init__(
-        self, cfg: Config, parts: Parts, sources: Sequence[str], evaluator: Evaluator, *, seat: str | None = None
+        self,
+        cfg: Config,
+        parts: Parts,
+        sources: Sequence[str],
+        evaluator: Evaluator,
+        *,
+        seat: str | None = None,
+        sample: bool = False,
     ) -> None:
-        self.cfg, self.parts, self.evaluator = cfg, parts, evaluator
+        self.cfg, self.parts, self.evaluator, self.deterministic = cfg, parts, evaluator, not sample
         self.sources = {text: parse_source(f"opponent {text!r}", text) for text in sources}
         self.seats = seats(parts) if self.sources else {}
         if len(parts.groups) < 2 and self.sources:
@@ -77,7 +84,8 @@ class Matches:
             result = self._play_pool(text, seat)
         else:
             others = [self._player(text, g).to(self.cfg.train.device) for g in self.parts.groups if g != seat]
-            result = self.evaluator(policy=TensorDictSequential(self.seats[seat], *others))
+            policy = TensorDictSequential(self.seats[seat], *others)
+            result = self.evaluator(policy=policy, deterministic=self.deterministic)
         return result, (count_outcomes(result.per_episode, seat) if result.episodes else None)
 
     def _pool(self, text: str):
@@ -107,7 +115,8 @@ class Matches:
         for k in range(min(count, episodes)):
             others = [snapshot_actor(spec, pool, k) for g, spec in self.parts.groups.items() if g != seat]
             policy = TensorDictSequential(self.seats[seat], *others).to(self.cfg.train.device)
-            results.append(self.evaluator(policy=policy, episodes=episodes // count + (k < episodes % count)))
+            share = episodes // count + (k < episodes % count)
+            results.append(self.evaluator(policy=policy, episodes=share, deterministic=self.deterministic))
         return EvalResult.merged(results)
 
     def __call__(self) -> dict[tuple[str, str], tuple[EvalResult, Outcomes | None]]:
