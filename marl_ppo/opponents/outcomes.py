@@ -19,7 +19,7 @@ from dataclasses import dataclass
 __all__ = ["Outcomes", "count_outcomes", "wilson"]
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """The Wilson score interval of a rate of ``k`` in ``n`` (95 % by default): it stays inside [0, 1] and
     keeps its width at 0 or ``n`` successes, where the normal approximation collapses. Written by hand:
     three lines, where scipy or statsmodels would be a dependency.

@@ -215,3 +215,20 @@ def test_seat_all_and_the_one_pool_seat_hint(tmp_path):
     assert len(json.loads(proc.stdout)["matches"]) == 2  # both seats
     proc = cli("train", "tictactoe", "opponents={player_2: random}", "--dry-run")
     assert proc.returncode == 1 and last_line(proc).endswith("with one pool seat, set pool.seating=independent")
+
+
+def test_match_rates_carry_wilson_intervals_and_sample_plays_more_than_one_game(tmp_path):
+    from marl_ppo.opponents.outcomes import wilson
+
+    # scipy.stats.binomtest(k, n).proportion_ci(method="wilson"), computed once
+    for (k, n), want in {(5, 10): (0.236593090512564, 0.7634069094874361), (0, 10): (0.0, 0.27753279986288926),
+                         (194, 200): (0.9361057075454807, 0.9861796856598887)}.items():  # fmt: skip
+        assert wilson(k, n) == pytest.approx(want, abs=1e-12)
+    assert cli("train", *GAME, "train.total_frames=20", f"log.root={tmp_path}").returncode == 0
+    (run,) = [p.parent for p in tmp_path.glob("*/config.yaml")]
+    itself = ["eval", str(run), "--opponent", f"checkpoint:{run}", "--seat", "player_1", "--episodes", "12"]
+    fixed = json.loads(cli(*itself).stdout)["matches"][0]
+    sampled = json.loads(cli(*itself, "--sample").stdout)["matches"][0]
+    assert sorted([fixed["win_rate"], fixed["draw_rate"], fixed["loss_rate"]]) == [0.0, 0.0, 1.0]  # one game, 12 times
+    assert sum(sampled[r] > 0 for r in ("win_rate", "draw_rate", "loss_rate")) >= 2
+    assert fixed["win_rate_ci95"] == pytest.approx(list(wilson(fixed["wins"], 12)))
