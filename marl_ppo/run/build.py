@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,12 @@ from marl_ppo.opponents.pool import PoolPlayer
 from marl_ppo.options import device_option
 from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
 from marl_ppo.run.opponents import (
+    checked_players,
     make_player,
     opponent_sources,
     pool_player,
     pool_seat,
+    scripted_player,
     seat_learners,
     self_seat,
     shares_networks,
@@ -105,10 +107,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
+def build(cfg: Config, *, env_fn: EnvFactory | None = None, players: Mapping[str, Callable] | None = None) -> Parts:
     """Env, group specs, validated reward table, router and optimizer step from a config.
 
-    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`).
+    ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`); ``players``
+    (``{group: act}``) play those groups as scripted opponents instead of what ``opponents`` names.
     """
     torch.set_num_threads(cfg.train.num_threads or auto_threads())  # 0: auto (marl_ppo/run/threads.py)
     seed_everything(cfg.train.seed)
@@ -156,7 +159,13 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None) -> Parts:
     step = AggregatedStep(
         router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
     )
-    opponents = {g: build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn) for g in frozen}
+    players = checked_players(players or {}, frozen)
+    opponents = {
+        g: scripted_player(cfg, f"opponents.{g}", players[g], groups[g], env_fn)
+        if g in players
+        else build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn)
+        for g in frozen
+    }
     pools = {
         g: pool_player(
             cfg, trained[g], router, groups[g].keys.mask, functools.partial(build_opponent, cfg, env_fn=env_fn)
@@ -248,12 +257,18 @@ def build_collector(
 
 
 def load_policy(
-    run_dir: str | Path, checkpoint: str = "last.pt", *, device: str | None = None, env_fn: EnvFactory | None = None
+    run_dir: str | Path,
+    checkpoint: str = "last.pt",
+    *,
+    device: str | None = None,
+    env_fn: EnvFactory | None = None,
+    players: Mapping[str, Callable] | None = None,
 ):
     """Rebuilds a run's parts from its ``config.yaml`` and loads a checkpoint's parameters.
 
     ``device`` moves the env and the networks (e.g. ``"cpu"`` for a run trained on ``cuda``);
-    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's).
+    ``env_fn`` builds the env of a run whose factory its config could not name (a notebook's), and
+    ``players`` its notebook's scripted opponents (``{group: act}``).
     """
     from marl_ppo.config import from_yaml
 
@@ -273,7 +288,7 @@ def load_policy(
             else "; no other checkpoint of the run loads"
         )
         raise CheckpointError(f"{err}{hint}") from None
-    parts = build(cfg, env_fn=env_fn)
+    parts = build(cfg, env_fn=env_fn, players=players)
     parts.router.load_state_dict(state["router"])
     for g, pool in parts.pools.items():  # the snapshots as they stood (eval --opponent pool plays them)
         if g in state.get("pools", {}):
@@ -281,14 +296,16 @@ def load_policy(
     return cfg, parts
 
 
-def record_factory(cfg: Config, env_fn: EnvFactory | None) -> Config:
+def record_factory(cfg: Config, env_fn: EnvFactory | None, players: Mapping[str, Callable] | None = None) -> Config:
     """The config a run records: its env section as :func:`~marl_ppo.envs.custom.recorded_env` gives it
-    (``env_fn`` named as ``env.factory`` where it can be), its opponents' paths absolute
+    (``env_fn`` named as ``env.factory`` where it can be), ``players`` as ``opponents`` (each named by
+    its import path where it can be), its opponents' paths absolute
     (:func:`~marl_ppo.run.pinned.absolute_sources`)."""
-    from marl_ppo.run.pinned import absolute_sources
+    from marl_ppo.run.pinned import absolute_sources, recorded_players
 
     env = recorded_env(cfg.env, env_fn)
-    return absolute_sources(cfg if env is cfg.env else replace(cfg, env=env))
+    cfg = cfg if env is cfg.env else replace(cfg, env=env)
+    return absolute_sources(recorded_players(cfg, players) if players else cfg)
 
 
 def _usable_checkpoint(ckpt_dir: Path, skip: str) -> str | None:

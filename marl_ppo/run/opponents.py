@@ -10,7 +10,7 @@ observation, another run's frozen policy). See ``docs/opponents.md``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from marl_ppo.config import Config
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.envs import EnvFactory, load_factory
+from marl_ppo.envs.custom import factory_path
 from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
@@ -35,6 +36,8 @@ __all__ = [
     "pool_player",
     "seat_learners",
     "make_player",
+    "checked_players",
+    "scripted_player",
 ]
 
 
@@ -141,6 +144,23 @@ def self_seat(group: str, source: OpponentSource, trained: dict[str, GroupSpec],
     raise ConfigError(
         f"opponents.{group}: '{source.kind}' needs a training group with identical specs, and none has them ({why})"
     )
+
+
+def checked_players(players: Mapping[str, Callable], frozen: Sequence[str]) -> dict[str, Callable]:
+    """``players`` (``{group: act}``), each for a group that plays from a source; a ConfigError otherwise."""
+    wrong = sorted(set(players) - set(frozen))
+    if wrong:
+        raise ConfigError(
+            f"players names group(s) {wrong} that do not play as opponents in this config (opponents: "
+            f"{list(frozen)}); a Trainer given players records each as opponents.GROUP"
+        )
+    return dict(players)
+
+
+def scripted_player(cfg: Config, key: str, act: Callable, spec: GroupSpec, env_fn: EnvFactory | None):
+    """A Python callable ``act(observation, action_mask)`` playing the group of ``spec`` (a notebook's bot)."""
+    name = factory_path(act) or getattr(act, "__qualname__", repr(act))
+    return ScriptedPlayer(spec, act, name, _raw_observation(cfg, spec, env_fn), cfg.env.scenario)
 
 
 def make_player(

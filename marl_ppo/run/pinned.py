@@ -16,15 +16,16 @@ import dataclasses
 import hashlib
 import json
 import shutil
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from marl_ppo.config import Config
-from marl_ppo.envs.custom import absolute_factory
+from marl_ppo.envs.custom import absolute_factory, factory_path
 from marl_ppo.opponents import parse_source
 from marl_ppo.run.checkpoints import load_checkpoint
 
-__all__ = ["absolute_sources", "absolute_source", "pin_opponents", "pinned_configs"]
+__all__ = ["absolute_sources", "absolute_source", "pin_opponents", "pinned_configs", "recorded_players"]
 
 
 def absolute_source(text: str) -> str:
@@ -79,3 +80,22 @@ def pin_opponents(cfg: Config, run_dir: Path) -> Config:
 def pinned_configs(configs: Sequence[Config], run_dirs: Sequence[Path]) -> list[Config]:
     """Each new run's config with its frozen opponents pinned into its directory (:func:`pin_opponents`)."""
     return [pin_opponents(c, Path(d)) for c, d in zip(configs, run_dirs)]
+
+
+def recorded_players(cfg: Config, players: Mapping[str, Callable]) -> Config:
+    """``cfg`` with each of ``players`` (``{group: act}``) as ``opponents.GROUP``: its import path, or, for a
+    function that cannot be imported again (a notebook's), its ``module:qualname`` with a warning that
+    ``eval`` and ``--resume`` then need it passed again."""
+    opponents = dict(cfg.opponents)
+    for g, act in players.items():
+        path = factory_path(act)
+        if path is None:
+            path = f"{getattr(act, '__module__', 'notebook')}:{getattr(act, '__qualname__', 'player')}"
+            warnings.warn(
+                f"player {act!r} for group {g!r} cannot be named in the run's config.yaml (a lambda, a closure or "
+                "a notebook's function): pass it again with load_policy(run_dir, players={...}) / "
+                "Trainer(..., players={...}, resume=True), or define it in a module",
+                stacklevel=4,
+            )
+        opponents[g] = path
+    return dataclasses.replace(cfg, opponents=opponents)

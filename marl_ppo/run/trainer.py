@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,11 +67,10 @@ class Trainer:
     is created. ``resume=True`` continues the run in ``run_dir`` (each seed's, for a group) from its
     newest usable checkpoint exactly (``docs/runs.md``); a directory without one starts afresh.
 
-    ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``; the run's
-    ``config.yaml`` names it as ``env.factory`` where it can, for ``marl-ppo eval`` and ``--resume``.
-    ``callbacks`` run your code at fixed points of the run (:mod:`marl_ppo.run.callbacks`; with S
-    seeds, the per-seed hooks once per seed).
-    """
+    ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``, ``players`` (``{group:
+    act}``, a notebook's scripted opponents) play those groups; ``config.yaml`` names both where it can
+    (for ``marl-ppo eval`` and ``--resume``). ``callbacks`` run your code at fixed points of the run
+    (:mod:`marl_ppo.run.callbacks`; with S seeds, the per-seed hooks once per seed)."""
 
     def __init__(
         self,
@@ -79,11 +79,12 @@ class Trainer:
         *,
         resume: bool = False,
         env_fn: EnvFactory | None = None,
+        players: Mapping[str, Callable] | None = None,
         callbacks: Sequence[object] = (),
         configs: Sequence[Config] | None = None,
         run_dirs: Sequence[str | Path | None] | None = None,
     ) -> None:
-        cfg = record_factory(cfg, env_fn)
+        cfg = record_factory(cfg, env_fn, players)
         self.env_fn, self.callbacks = env_fn, Callbacks(callbacks)
         self.grouped = configs is not None or bool(cfg.train.seeds)
         configs = list(configs) if configs is not None else seed_configs(cfg)
@@ -96,7 +97,7 @@ class Trainer:
             check_seeds(cfg, configs)
         self.cfg.check_machine()  # before a run directory exists
         planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]
-        singles = [(parts, train_state(c, parts)) for c in configs for parts in [build(c, env_fn=env_fn)]]
+        singles = [(p, train_state(c, p)) for c in configs for p in [build(c, env_fn=env_fn, players=players)]]
         self.parts = parts = singles[0][0]  # with S seeds, seed 0's router is the template of the stack
         check_payoff(self.cfg, parts)
         configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in

@@ -232,3 +232,31 @@ def test_match_rates_carry_wilson_intervals_and_sample_plays_more_than_one_game(
     assert sorted([fixed["win_rate"], fixed["draw_rate"], fixed["loss_rate"]]) == [0.0, 0.0, 1.0]  # one game, 12 times
     assert sum(sampled[r] > 0 for r in ("win_rate", "draw_rate", "loss_rate")) >= 2
     assert fixed["win_rate_ci95"] == pytest.approx(list(wilson(fixed["wins"], 12)))
+
+
+def test_a_notebooks_callable_plays_a_seat_and_is_passed_again_to_evaluate(tmp_path):
+    import numpy as np
+
+    from marl_ppo.config import load_config
+    from marl_ppo.run.build import load_policy
+    from marl_ppo.run.evaluation import Evaluator
+    from marl_ppo.run.trainer import Trainer
+
+    calls = []
+
+    def first_legal(observation, action_mask):  # a closure: no import path can name it again
+        calls.append(action_mask.copy())
+        return int(np.flatnonzero(action_mask)[0])
+
+    cfg = load_config(overrides=[*GAME, "train.total_frames=20", f"log.root={tmp_path}"])
+    with pytest.warns(UserWarning, match="cannot be named in the run's config.yaml"):
+        summary = Trainer(cfg, players={"player_2": first_legal}).fit()
+    assert calls and all(m.any() for m in calls)  # it played, on legal masks
+    recorded = load_config(Path(summary["run_dir"]) / "config.yaml")
+    assert recorded.opponents["player_2"].endswith("first_legal")
+    with pytest.raises(Exception, match="first_legal"):  # without it, the run cannot be rebuilt: named
+        load_policy(summary["run_dir"])
+    cfg, parts = load_policy(summary["run_dir"], players={"player_2": first_legal})
+    before = len(calls)
+    result = Evaluator(cfg, parts.policy, list(parts.groups), episodes=2)()
+    assert result.episodes == 2 and len(calls) > before
