@@ -19,7 +19,9 @@ and on what is, or is not, left on disk:
 * a scripted opponent that raises is named with its seat, env copy and game; one whose signature
   cannot take ``(observation, action_mask)`` is refused when loaded, before any run directory;
 * a seed group with a seed's directory gone says which, and ``--skip-missing-seeds`` resumes the rest;
-  ``--seat all`` plays every seat; a pool seating without two pool seats names the setting to use.
+  ``--seat all`` plays every seat; a pool seating without two pool seats names the setting to use;
+* match rates carry Wilson intervals (scipy's figures), and ``--sample`` plays more than one game;
+* a notebook's callable plays a seat (``Trainer(players=...)``), and is passed again to evaluate.
 """
 
 from __future__ import annotations
