@@ -262,3 +262,22 @@ def test_a_notebooks_callable_plays_a_seat_and_is_passed_again_to_evaluate(tmp_p
     before = len(calls)
     result = Evaluator(cfg, parts.policy, list(parts.groups), episodes=2)()
     assert result.episodes == 2 and len(calls) > before
+
+
+def test_list_tune_and_a_checkpoint_opponent_of_other_specs_says_which_side_is_which(tmp_path):
+    proc = cli("list", "tune")
+    assert proc.returncode == 0 and proc.stdout.startswith("searches (marl-ppo tune NAME):")
+    assert "  tiny " in proc.stdout and "  navigation " in proc.stdout
+    four = [o.replace("tictactoe_v3", "connect_four_v3").replace("max_steps=9", "max_steps=42") for o in GAME]
+    assert cli("train", *four, "train.total_frames=20", "log.name=four", f"log.root={tmp_path}").returncode == 0
+    proc = cli(
+        "train",
+        *GAME,
+        "train.total_frames=20",
+        f"log.root={tmp_path}",
+        f"opponents={{player_2: checkpoint:{tmp_path}/four}}",
+    )
+    assert proc.returncode == 1
+    line = last_line(proc)
+    assert "cannot play this run's seat 'player_2': observation shape" in line
+    assert "(this run's seat on the left, the other run's group on the right)" in line
