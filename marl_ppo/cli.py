@@ -259,25 +259,6 @@ def _matches(args: argparse.Namespace, cfg, parts) -> int:
     return 1 if failed else 0
 
 
-def _export(args: argparse.Namespace) -> int:
-    from marl_ppo.export import export_run
-
-    written = export_run(
-        args.run_dir,
-        formats=args.format or ["onnx"],
-        groups=args.group,
-        out=args.out,
-        checkpoint=args.checkpoint,
-        outputs=args.outputs,
-        layout=args.layout,
-    )
-    for files in written.values():
-        for path in files.values():
-            print(path)
-        print(next(iter(files.values())).parent / "policy.json")
-    return 0
-
-
 def _plot(args: argparse.Namespace) -> int:
     from marl_ppo.run.plots import plot_runs
 
@@ -301,6 +282,7 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``marl-ppo`` argument parser (also rendered into the docs' CLI reference)."""
     from marl_ppo import __version__
+    from marl_ppo.export.command import add_export_parser
 
     parser = argparse.ArgumentParser(prog="marl-ppo", description="Multi-agent PPO on VMAS and PettingZoo.")
     parser.add_argument("--version", action="version", version=f"marl-ppo {__version__}")
@@ -381,34 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'train/*/move/entropy' match several)",
     )
     p.set_defaults(func=_plot)
-    p = sub.add_parser(
-        "export", help="export each trained group's deterministic policy (ONNX, TorchScript, torch.export)"
-    )
-    p.add_argument("run_dir", help="a run directory written by marl-ppo train")
-    p.add_argument(
-        "--format",
-        action="append",
-        choices=("onnx", "torchscript", "exported"),
-        help="onnx (extra export), torchscript (.pt) or exported (torch.export, .pt2); repeatable (default: onnx)",
-    )
-    p.add_argument(
-        "--group", action="append", metavar="G", help="export this group only (repeatable; default: all trained)"
-    )
-    p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
-    p.add_argument("--out", help="output folder, one subfolder per group (default: RUN_DIR/export)")
-    p.add_argument(
-        "--outputs",
-        choices=("action", "params"),
-        default="action",
-        help="action: each head's mode; params: each head's distribution parameters (loc/scale, logits)",
-    )
-    p.add_argument(
-        "--layout",
-        choices=("group", "agent"),
-        default="group",
-        help="group: rows [batch, n_agents, ...]; agent: one agent per row [batch, ...] (agents sharing parameters)",
-    )
-    p.set_defaults(func=_export)
+    add_export_parser(sub)  # marl_ppo/export/command.py: its options and handler
     p = sub.add_parser("list", help="list the shipped configs and suites, VMAS scenarios and PettingZoo envs")
     p.add_argument(
         "what", nargs="?", default="all", choices=("all", "configs", "suites", "tune", "scenarios", "pettingzoo")

@@ -3,13 +3,19 @@
 
 :mod:`~marl_ppo.export.graph` turns a group's actor into a function of plain tensors,
 :mod:`~marl_ppo.export.formats` holds one row per format, :mod:`~marl_ppo.export.policy` writes and
-checks the files, :mod:`~marl_ppo.export.manifest` writes ``policy.json``, and
-:mod:`~marl_ppo.export.run` exports a run's groups.
+checks the files, :mod:`~marl_ppo.export.manifest` writes ``policy.json``, :mod:`~marl_ppo.export.run`
+exports a run's groups and :mod:`~marl_ppo.export.command` is the command line's ``export`` (no torch).
 """
 
-from marl_ppo.export.formats import FORMATS
-from marl_ppo.export.graph import ExportError, policy_graph
-from marl_ppo.export.policy import export_policy
-from marl_ppo.export.run import export_run
+from marl_ppo.lazy import lazy_exports
 
-__all__ = ["FORMATS", "ExportError", "policy_graph", "export_policy", "export_run"]
+# public name -> module that defines it (imported on first use: the command line's parser loads no torch)
+_EXPORTS = {
+    "FORMATS": "marl_ppo.export.formats",
+    "ExportError": "marl_ppo.export.graph",
+    "policy_graph": "marl_ppo.export.graph",
+    "export_policy": "marl_ppo.export.policy",
+    "export_run": "marl_ppo.export.run",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -197,7 +197,7 @@ def test_a_checkpoint_of_other_specs_is_refused_before_a_run_directory_exists(tm
         "ConfigError",
         "opponents.player_2",
         "group 'agents'",
-        "cannot play this seat",
+        "cannot play this run's seat 'player_2'",
         "!= 2 (group 'agents')",
     ):
         assert word in err, err

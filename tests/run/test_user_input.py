@@ -275,7 +275,7 @@ def test_list_tune_and_a_checkpoint_opponent_of_other_specs_says_which_side_is_w
         *GAME,
         "train.total_frames=20",
         f"log.root={tmp_path}",
-        f"opponents={{player_2: checkpoint:{tmp_path}/four}}",
+        f"opponents={{player_2: checkpoint:{tmp_path}/four:player_1}}",
     )
     assert proc.returncode == 1
     line = last_line(proc)
