@@ -285,13 +285,13 @@ def _interrupted(experiment: str) -> bool:
 
 
 def _write_results(spec: TuneSpec, grid, out: Path, echo: Callable[[str], None]) -> TuneResult:
-    for i in range(len(grid)):
+    interrupted = _interrupted(grid.experiment_path)
+    for i in range(len(grid) if not interrupted else 0):  # an interrupted trial goes on at --resume: not completed
         run_dir = out / "trials" / Path(grid[i].path).name
         stopped = grid[i].error is None and not (run_dir / "summary.json").exists()
         if stopped and any((run_dir / "checkpoints").glob("iter_*.pt")):
             _complete(run_dir)
     trials = [_trial_result(spec, grid[i], out) for i in range(len(grid))]
-    interrupted = _interrupted(grid.experiment_path)
     finished = [t for t in trials if t.status == "finished" and t.last is not None]
     pick = max if spec.mode == "max" else min
     best = pick(finished, key=lambda t: t.last) if finished and not interrupted else None

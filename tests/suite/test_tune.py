@@ -317,10 +317,11 @@ def test_an_interrupted_experiment_continues_with_resume_without_redoing_finishe
     import time
 
     raw = _tiny_raw(tmp_path, space={"train.lr": {"grid": [1e-2, 3e-3, 1e-3, 5e-3]}}, scheduler="fifo", num_samples=1)
+    raw["resources"] = {"cpus": 2}  # one trial at a time
     path = tmp_path / "resume.yaml"
     path.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
-    cmd = [sys.executable, "-m", "marl_ppo", "tune", str(path), "--max-concurrent", "1"]  # one trial at a time
+    cmd = [sys.executable, "-m", "marl_ppo", "tune", str(path)]
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     trials = tmp_path / "out" / "trials"
     deadline = time.time() + 240
