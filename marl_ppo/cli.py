@@ -86,6 +86,10 @@ def _train(args: argparse.Namespace) -> int:
     print(trainer.parts.reward_table)
     summary = trainer.fit()
     print(json.dumps(summary, indent=2))
+    if trainer.group_dir is not None:  # train.seeds: the group's result across its seeds
+        from marl_ppo.run.group_result import group_lines
+
+        print("\n".join(group_lines(trainer.group_summary, trainer.group_dir)))
     return 0
 
 
@@ -263,7 +267,7 @@ def _plot(args: argparse.Namespace) -> int:
     from marl_ppo.run.plots import plot_runs
 
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "plots"
-    for path in plot_runs(args.run_dirs, out, metrics=args.metric):
+    for path in plot_runs(args.run_dirs, out, metrics=args.metric, separate=args.separate):
         print(path)
     return 0
 
@@ -361,6 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="also plot this logged metric into metrics.png (repeatable; glob patterns such as "
         "'train/*/move/entropy' match several)",
+    )
+    p.add_argument(
+        "--separate",
+        action="store_true",
+        help="one line per run (default: runs of one config that differ only in the seed are one line, "
+        "their mean, in a band: the 95%% bootstrap interval of the mean)",
     )
     p.set_defaults(func=_plot)
     add_export_parser(sub)  # marl_ppo/export/command.py: its options and handler

@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "marl_ppo"
 # layer -> the layers it may import (besides itself); the package's __init__ names modules as strings only
 ALLOWED = {
     "upstream": set(),
+    "stats": set(),
     "lazy": set(),
     "algorithms": set(),
     "options": set(),
@@ -58,6 +59,7 @@ ALLOWED = {
         "options",
         "upstream",
         "lazy",
+        "stats",
     },
     "suite": {
         "algorithms",
@@ -74,6 +76,7 @@ ALLOWED = {
         "options",
         "upstream",
         "lazy",
+        "stats",
     },
     "export": {"run", "models", "groups", "options", "upstream", "lazy"},
     "cli": {
@@ -93,6 +96,7 @@ ALLOWED = {
         "options",
         "upstream",
         "lazy",
+        "stats",
     },
 }
 CONFIG_READERS = {"run", "suite", "cli"}

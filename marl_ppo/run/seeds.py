@@ -45,6 +45,7 @@ from marl_ppo.envs.kinds import env_kind
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import lr_schedule
 from marl_ppo.run.checkpoints import usable_iterations
+from marl_ppo.run.group_result import group_directory
 
 __all__ = [
     "SeedNet",
@@ -56,6 +57,7 @@ __all__ = [
     "stacked_state",
     "group_run_dirs",
     "write_group_file",
+    "seed_group_dir",
     "GROUP_FILE",
 ]
 
@@ -231,8 +233,19 @@ def group_run_dirs(run_dir: str | Path) -> list[Path]:
     return [Path(d) for d in group["run_dirs"]]
 
 
-def write_group_file(run_dirs: Sequence[Path], seeds: Sequence[int]) -> None:
+def seed_group_dir(cfg: Config, run_dirs: Sequence[Path], resume: bool) -> Path:
+    """The directory of a ``train.seeds`` group's result (:mod:`~marl_ppo.run.group_result`): a resumed group's
+    own, else a new one beside the seeds' (``<log.name or task-algorithm>-seeds``)."""
+    group_file = Path(run_dirs[0]) / GROUP_FILE
+    if resume and group_file.exists() and "group_dir" in (group := json.loads(group_file.read_text())):
+        return Path(group["group_dir"])
+    return group_directory(cfg.log.name or f"{cfg.env.task_name}-{cfg.loss.algorithm}", run_dirs)
+
+
+def write_group_file(run_dirs: Sequence[Path], seeds: Sequence[int], group_dir: Path | None = None) -> None:
     """Each seed's directory names the whole group: ``--resume`` of any of them resumes all."""
     group = {"seeds": list(seeds), "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}  # from any folder
+    if group_dir is not None:
+        group["group_dir"] = str(Path(group_dir).resolve())
     for run_dir in run_dirs:
         (Path(run_dir) / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")

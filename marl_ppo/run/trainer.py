@@ -45,7 +45,10 @@ from marl_ppo.run.payoff import check_payoff
 from marl_ppo.run.pinned import pinned_configs
 from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord
 from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
-from marl_ppo.run.seeds import check_seeds, common_iteration, seed_configs, seed_policy, stacked_state, write_group_file
+from marl_ppo.run.group_result import write_group_result
+from marl_ppo.run.seeds import (
+    check_seeds, common_iteration, seed_configs, seed_group_dir, seed_policy, stacked_state, write_group_file,
+)  # fmt: skip
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 
 __all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted", "CHECKPOINT_FORMAT"]
@@ -54,19 +57,16 @@ __all__ = ["episode_returns", "Trainer", "TrainingError", "RunInterrupted", "CHE
 class Trainer:
     """Runs a config into run directories: resolved config, reward table, logs, checkpoints, plots.
 
-    ``cfg`` trains one seed (``train.seed``) into ``run_dir``, or, with ``train.seeds``, S seeds in
-    one process, each into its own directory (``<log.name or run name>-seed<s>`` under ``log.root``)
-    as its single run would write it; ``configs`` and ``run_dirs`` give each seed's single-run config
-    and directory instead (a suite's jobs, a resumed group). The seeds share one env of ``S x
-    env.num_envs`` copies, one collector, one update and one :attr:`state`
-    (:class:`~marl_ppo.core.state.TrainState`); with one seed, the env and the router are the run's
-    own, as built. :meth:`fit` returns the summary, or with ``train.seeds`` (or ``configs``) the
-    list of the seeds' summaries.
+    ``cfg`` trains one seed (``train.seed``) into ``run_dir``, or, with ``train.seeds``, S seeds in one
+    process, each into its own directory (``<log.name or run name>-seed<s>``) as its single run would
+    write it, and the group's result across them into :attr:`group_dir` (:mod:`~marl_ppo.run.group_result`);
+    ``configs`` and ``run_dirs`` give each seed's config and directory instead (a suite's jobs). The seeds
+    share one env of ``S x env.num_envs`` copies, one collector, one update and one :attr:`state`
+    (:class:`~marl_ppo.core.state.TrainState`). :meth:`fit` returns the summary, or the seeds' summaries.
 
     Everything is built and validated (config, devices, env, reward table) before a run directory
     is created. ``resume=True`` continues the run in ``run_dir`` (each seed's, for a group) from its
     newest usable checkpoint exactly (``docs/runs.md``); a directory without one starts afresh.
-
     ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``, ``players`` (``{group:
     act}``, a notebook's scripted opponents) play those groups; ``config.yaml`` names both where it can
     (for ``marl-ppo eval`` and ``--resume``). ``callbacks`` run your code at fixed points of the run
@@ -110,7 +110,7 @@ class Trainer:
             for c, d, (_, state) in zip(configs, planned, singles)
         ]
         self.state = stacked_state(self.cfg, [state for _, state in singles])  # one seed: its own, as built
-        self.env, self.policy = parts.env, parts.policy
+        self.env, self.policy, self.group_dir = parts.env, parts.policy, None
         if len(configs) > 1:  # one env of S x E copies, seed s acting on its own with its own tensors
             parts.step = self.state.step
             for other, _ in singles:
@@ -119,7 +119,8 @@ class Trainer:
             self.env = make_env(self.cfg.env, seed=self.seeds[0], num_envs=len(configs) * self.cfg.env.num_envs)
             prime_env(self.env, state_spec(parts.router.policy))  # a recurrent model's stored states
             self.policy = seed_policy(self.state.stack)
-            write_group_file(self.run_dirs, self.seeds)
+            self.group_dir = seed_group_dir(cfg, self.run_dirs, resume) if cfg.train.seeds else None
+            write_group_file(self.run_dirs, self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._stop_requested = self._warned_unseeded = False
 
@@ -289,6 +290,8 @@ class Trainer:
         return finished_summary(record.run_dir, self.frames, self.cfg.train.total_frames)
 
     def _result(self, summaries: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+        if self.group_dir is not None:  # train.seeds: the group's summary and figures across its seeds
+            self.group_summary = write_group_result(self.group_dir, self.run_dirs, self.seeds, self.cfg.log.plot)
         return summaries if self.grouped else summaries[0]
 
     def close(self) -> None:

@@ -27,9 +27,9 @@ def _group(tiny_config, tmp_path, name="group", seeds="[0,1]"):
 
 
 def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys):
-    assert main(["train", *_group(tiny_config, tmp_path)]) == 0
-    out = capsys.readouterr().out  # the run directories, the reward table, then the summaries
-    summaries = json.loads(out[out.index("\n[") + 1 :])
+    assert main(["train", *_group(tiny_config, tmp_path), "log.plot=true"]) == 0
+    out = capsys.readouterr().out  # the run directories, the reward table, the summaries, then the group's
+    summaries = json.loads(out[out.index("\n[") + 1 : out.index("\nseed group")])
     assert [s["run_dir"] for s in summaries] == [str(tmp_path / "group-seed0"), str(tmp_path / "group-seed1")]
     for s in (0, 1):
         run = tmp_path / f"group-seed{s}"
@@ -44,6 +44,25 @@ def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys)
         assert main(["eval", str(run), "--episodes", "2"]) == 0
     first, second = (load_checkpoint(tmp_path / f"group-seed{s}" / "checkpoints" / "last.pt") for s in (0, 1))
     assert any(not torch.equal(first["router"][k], second["router"][k]) for k in first["router"])
+
+    # the group's result: each seed's final returns, their mean, sd and 95% interval, and the band figures
+    group_dir = tmp_path / "group-seeds"
+    assert f"seed group [0, 1]: {group_dir / 'group_summary.json'}" in out
+    result = json.loads((group_dir / "group_summary.json").read_text())
+    assert result["seeds"] == [0, 1] and result["failed"] == {} and result["frames"] == 2 * tiny_config.fpb
+    evals = [s["eval/agents/episode_reward"] for s in summaries]
+    final = result["final"]["eval/agents/episode_reward"]
+    assert final["values"] == pytest.approx(evals) and final["mean"] == pytest.approx(sum(evals) / 2)
+    assert final["sd"] == pytest.approx(abs(evals[0] - evals[1]) / 2**0.5)
+    assert min(evals) <= final["ci95"][0] <= final["mean"] <= final["ci95"][1] <= max(evals)
+    last_train = [
+        float((tmp_path / f"group-seed{s}/logs/scalars/collect/agents/episode_reward.csv").read_text().split()[-1].split(",")[1])
+        for s in (0, 1)
+    ]
+    assert result["final"]["collect/agents/episode_reward"]["values"] == pytest.approx(last_train)
+    assert (group_dir / "returns.png").exists() and (group_dir / "diagnostics.png").exists()
+    for s in (0, 1):
+        assert json.loads((tmp_path / f"group-seed{s}" / "seeds_group.json").read_text())["group_dir"] == str(group_dir)
 
 
 def test_each_seed_starts_from_its_single_runs_networks(tiny_config, tmp_path):
