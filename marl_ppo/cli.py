@@ -85,11 +85,11 @@ def _train(args: argparse.Namespace) -> int:
         print(f"marl-ppo train: {rounded_budget(trainer.cfg.train)}", file=sys.stderr)
     print(trainer.parts.reward_table)
     summary = trainer.fit()
-    print(json.dumps(summary, indent=2))
     if trainer.group_dir is not None:  # train.seeds: the group's result across its seeds
         from marl_ppo.run.group_result import group_lines
 
         print("\n".join(group_lines(trainer.group_summary, trainer.group_dir)))
+    print(json.dumps(summary, indent=2))  # last on stdout, so that scripts can parse it
     return 0
 
 

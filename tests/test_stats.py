@@ -20,7 +20,9 @@ def test_the_interval_is_scipys_percentile_bootstrap_with_the_same_seed():
     # by hand: the 2.5% and 97.5% quantiles of 10000 means of resamples drawn as scipy draws them
     rng = np.random.default_rng(7)
     means = np.array(RETURNS)[rng.integers(0, len(RETURNS), (10_000, len(RETURNS)))].mean(axis=1)
-    assert float(low) == pytest.approx(np.percentile(means, 2.5)) and float(high) == pytest.approx(np.percentile(means, 97.5))
+    assert float(low) == pytest.approx(np.percentile(means, 2.5)) and float(high) == pytest.approx(
+        np.percentile(means, 97.5)
+    )
     assert bootstrap_interval(RETURNS, seed=8) != (low, high)  # the seed is used
 
 

@@ -21,7 +21,9 @@ from marl_ppo.stats import RESAMPLES, describe
 __all__ = ["GROUP_SUMMARY", "group_directory", "write_group_result", "group_lines"]
 
 GROUP_SUMMARY = "group_summary.json"
-METHOD = f"95% percentile bootstrap interval of the mean over seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0)"
+METHOD = (
+    f"95% percentile bootstrap interval of the mean over seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0)"
+)
 
 
 def group_directory(name: str, run_dirs: Sequence[Path]) -> Path:
@@ -38,9 +40,7 @@ def group_directory(name: str, run_dirs: Sequence[Path]) -> Path:
 def _finals(run_dir: Path) -> dict[str, float]:
     """A seed's final returns: its evaluation (``summary.json``) and the training return it last logged."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    finals = {
-        k: float(v) for k, v in summary.items() if k.startswith("eval/") and k != "eval/episodes" and _number(v)
-    }
+    finals = {k: float(v) for k, v in summary.items() if k.startswith("eval/") and k != "eval/episodes" and _number(v)}
     for name, points in read_scalars(run_dir).items():
         if name.startswith("collect/") and name.endswith("/episode_reward") and points:
             finals[name] = points[-1][1]
@@ -55,9 +55,7 @@ def write_group_result(group_dir: Path, run_dirs: Sequence[Path], seeds: Sequenc
     """Writes the group's ``group_summary.json`` (and its figures with ``plot``) from its seeds' directories;
     returns the summary."""
     done = [(s, Path(d)) for s, d in zip(seeds, run_dirs) if (Path(d) / "summary.json").exists()]
-    failed = {
-        str(s): _reason(Path(d)) for s, d in zip(seeds, run_dirs) if not (Path(d) / "summary.json").exists()
-    }
+    failed = {str(s): _reason(Path(d)) for s, d in zip(seeds, run_dirs) if not (Path(d) / "summary.json").exists()}
     finals = [_finals(d) for _, d in done]
     keys = sorted(set.intersection(*(set(f) for f in finals))) if finals else []
     summary = {

@@ -22,10 +22,9 @@ import fnmatch
 import re
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import yaml
-
-import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -118,10 +117,12 @@ def _panel(ax, curves: list[tuple[str, list]], ylabel: str, title: str, strip: t
 
 
 def _save(fig, path: Path, note: str | None) -> Path:
+    """Saves ``fig``; the PNG's ``Description`` text names each panel's lines (and the seed groups' band)."""
     if note:
         fig.suptitle(note, fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    lines = [f"{ax.get_title()}: {', '.join(line.get_label() for line in ax.get_lines())}" for ax in fig.axes]
+    fig.savefig(path, dpi=100, metadata={"Description": "\n".join([note or "one line per run", *lines])})
     plt.close(fig)
     return path
 

@@ -40,14 +40,20 @@ from marl_ppo.options import ConfigError
 from marl_ppo.run.build import build, build_collector, record_factory, seed_everything, train_state
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.directory import collector_text, finished_summary, run_directory, start_notes
+from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.payoff import check_payoff
 from marl_ppo.run.pinned import pinned_configs
 from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord
 from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
-from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.seeds import (
-    check_seeds, common_iteration, seed_configs, seed_group_dir, seed_policy, stacked_state, write_group_file,
+    check_seeds,
+    common_iteration,
+    seed_configs,
+    seed_group_dir,
+    seed_policy,
+    stacked_state,
+    write_group_file,
 )  # fmt: skip
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 

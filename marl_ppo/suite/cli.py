@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
 from marl_ppo.suite.runner import LAUNCHERS, SuiteResult, run_suite
@@ -81,6 +82,7 @@ def _merge(argv: Sequence[str], prog: str) -> int:
     print(f"marl-eval JSON: {json_path}")
     if plot_path:
         print(f"plot: {plot_path}")
+    print(f"report: {Path(args.out) / 'report.md'}")
     return 0
 
 
@@ -91,6 +93,8 @@ def report(result: SuiteResult) -> int:
         print(f"marl-eval JSON: {result.json_path}")
     if result.plot_path:
         print(f"plot: {result.plot_path}")
+    if result.report_path:
+        print(f"report: {result.report_path}")
     if result.failed:
         print(f"{len(result.failed)} of {len(result.runs)} runs failed (see their error.txt)", file=sys.stderr)
         return 1

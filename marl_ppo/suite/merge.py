@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from marl_ppo.suite._files import write_json
 from marl_ppo.suite.marl_eval import validate_marl_eval, write_marl_eval
+from marl_ppo.suite.report import write_report
 from marl_ppo.suite.spec import SuiteError
 
 __all__ = ["merge_marl_eval", "merge_suites", "read_suite_json"]
@@ -94,7 +95,8 @@ def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[st
 def merge_suites(
     sources: Sequence[str | Path], out: str | Path, *, plot: bool = True, ci: str = "t", title: Optional[str] = None
 ) -> tuple[Path, Optional[Path]]:
-    """Merges suite outputs into ``out/marl_eval.json`` and ``out/returns.png``; returns both paths."""
+    """Merges suite outputs into ``out/marl_eval.json``, ``out/returns.png`` and ``out/report.md``
+    (:func:`~marl_ppo.suite.report.write_report`); returns the first two paths."""
     if len(sources) < 2:
         raise SuiteError(f"merge needs at least two suite outputs, got {len(sources)}")
     merged = merge_marl_eval([(str(s), read_suite_json(s)) for s in sources])
@@ -106,4 +108,5 @@ def merge_suites(
         from marl_ppo.suite.plot import plot_suite
 
         plot_path = plot_suite(merged, out / "returns.png", ci=ci, title=title)
+    write_report(merged, out, title=title)  # report.md: across seeds, and rliable's aggregates
     return json_path, plot_path

@@ -20,6 +20,7 @@ from marl_ppo.suite.local_launcher import run_in_processes
 from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
 from marl_ppo.suite.plot import plot_suite
 from marl_ppo.suite.ray_launcher import check_ray, run_on_ray
+from marl_ppo.suite.report import write_report
 from marl_ppo.suite.slurm_launcher import check_slurm, run_on_slurm
 from marl_ppo.suite.spec import Job, Suite, SuiteError, plan
 
@@ -35,6 +36,7 @@ class SuiteResult:
     out: Path
     json_path: Optional[Path] = None
     plot_path: Optional[Path] = None
+    report_path: Optional[Path] = None
 
     @property
     def failed(self) -> list[RunResult]:
@@ -184,9 +186,11 @@ def run_suite(
     result = SuiteResult([r for r in results if r is not None], out_dir)
     ok_dirs = [r.job.run_dir for r in result.runs if r.ok]
     if ok_dirs:
-        result.json_path = write_marl_eval(to_marl_eval(ok_dirs), out_dir / JSON_NAME)  # validated
+        data = to_marl_eval(ok_dirs)
+        result.json_path = write_marl_eval(data, out_dir / JSON_NAME)  # validated
         if plot:
-            result.plot_path = plot_suite(result.json_path, out_dir / PLOT_NAME, ci=ci, title=suite.name)
+            result.plot_path = plot_suite(data, out_dir / PLOT_NAME, ci=ci, title=suite.name)
+        result.report_path = write_report(data, out_dir, title=suite.name)  # across seeds; rliable's aggregates
     write_json(
         out_dir / "suite_summary.json",
         {
@@ -203,6 +207,7 @@ def run_suite(
             ],
             "marl_eval_json": str(result.json_path) if result.json_path else None,
             "plot": str(result.plot_path) if result.plot_path else None,
+            "report": str(result.report_path) if result.report_path else None,
         },
     )
     return result

@@ -120,7 +120,9 @@ def run_seeds(root: Path) -> dict[str, object]:
     """Trains the reference group of seeds under ``root``; returns every seed's directory digested."""
     cmd = [sys.executable, "-m", "marl_ppo.cli", "train", *SEEDS_OVERRIDES, f"log.root={root}", "log.name=group"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return {path.name: digest(path) for path in sorted(root.glob("group-seed*"))}
+    return {
+        path.name: digest(path) for path in sorted(root.glob("group-seed[0-9]*"))
+    }  # not group-seeds, the group result
 
 
 def main() -> None:

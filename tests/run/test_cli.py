@@ -190,6 +190,21 @@ def test_plot_two_runs(trained_run, tmp_path, capsys):
     assert png.stat().st_size > 1000
     for path in printed:
         assert Path(path).is_file()
+    # the two seeds of one config are one line, their mean in a band; --separate draws each; another config its own
+    assert _description(png).startswith("nav (2 seeds): mean over seeds, 95% bootstrap interval of the mean")
+    other_lr = train(tmp_path, "nav-lr", "train.seed=1", "train.lr=0.001")
+    assert main(["plot", str(trained_run), str(other), str(other_lr), "--out", str(out_dir)]) == 0
+    assert "nav (2 seeds): agents" in _description(png) and "nav-lr: agents" in _description(png)
+    assert main(["plot", str(trained_run), str(other), "--out", str(out_dir), "--separate"]) == 0
+    described = _description(png)
+    assert described.startswith("one line per run") and "nav: agents" in described and "nav-seed1: agents" in described
+
+
+def _description(png: Path) -> str:
+    from PIL import Image
+
+    with Image.open(png) as image:
+        return image.text["Description"]
 
 
 def test_plot_default_out_is_first_run_plots(trained_run, capsys):

@@ -28,8 +28,8 @@ def _group(tiny_config, tmp_path, name="group", seeds="[0,1]"):
 
 def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys):
     assert main(["train", *_group(tiny_config, tmp_path), "log.plot=true"]) == 0
-    out = capsys.readouterr().out  # the run directories, the reward table, the summaries, then the group's
-    summaries = json.loads(out[out.index("\n[") + 1 : out.index("\nseed group")])
+    out = capsys.readouterr().out  # the run directories, the reward table, the group's result, the summaries
+    summaries = json.loads(out[out.index("\n[") + 1 :])  # last on stdout, for scripts to parse
     assert [s["run_dir"] for s in summaries] == [str(tmp_path / "group-seed0"), str(tmp_path / "group-seed1")]
     for s in (0, 1):
         run = tmp_path / f"group-seed{s}"
@@ -56,7 +56,12 @@ def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys)
     assert final["sd"] == pytest.approx(abs(evals[0] - evals[1]) / 2**0.5)
     assert min(evals) <= final["ci95"][0] <= final["mean"] <= final["ci95"][1] <= max(evals)
     last_train = [
-        float((tmp_path / f"group-seed{s}/logs/scalars/collect/agents/episode_reward.csv").read_text().split()[-1].split(",")[1])
+        float(
+            (tmp_path / f"group-seed{s}/logs/scalars/collect/agents/episode_reward.csv")
+            .read_text()
+            .split()[-1]
+            .split(",")[1]
+        )
         for s in (0, 1)
     ]
     assert result["final"]["collect/agents/episode_reward"]["values"] == pytest.approx(last_train)

@@ -212,6 +212,11 @@ def test_merge_two_half_suites_equals_the_whole(local_tiny, ray_cluster, tmp_pat
     assert main(["merge", *map(str, halves), "--out", str(merged)]) == 0
     assert _json(merged) == _json(local_tiny)
     assert (merged / "returns.png").read_bytes()[:4] == b"\x89PNG"
+    # the merged report is the whole suite's (local_tiny's out holds the report the suite wrote)
+    assert f"report: {merged / 'report.md'}" in capsys.readouterr().out
+    assert (merged / "report.md").read_text().splitlines()[1:] == (local_tiny / "report.md").read_text().splitlines()[
+        1:
+    ]
     # the same run twice, and tasks whose seeds differ, are refused with the names
     with pytest.raises(SuiteError, match=r"vmas/navigation/mappo/seed_0 is in both .*half0 and .*half0"):
         merge_suites([halves[0], halves[0]], tmp_path / "twice")

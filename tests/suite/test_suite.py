@@ -19,6 +19,7 @@ Covered:
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -87,6 +88,27 @@ def test_tiny_suite_runs_and_reports_the_failing_task(tiny_run):
     summary = json.loads((out / "suite_summary.json").read_text())
     assert sum(r["status"] == "failed" for r in summary["runs"]) == 2
     assert "no_such_scenario" in result.table()
+
+
+@pytest.mark.slow
+def test_tiny_suite_reports_each_task_across_its_seeds(tiny_run):
+    result, out, _ = tiny_run
+    assert result.report_path == out / "report.md"
+    data, report = json.loads(result.json_path.read_text()), json.loads((out / "report.json").read_text())
+    for task in ("balance", "navigation"):
+        runs = data["vmas"][task]["mappo"]
+        finals = [
+            sum(runs[s]["absolute_metrics"]["return"]) / len(runs[s]["absolute_metrics"]["return"])
+            for s in ("seed_0", "seed_1")
+        ]
+        assert report["final_return"]["mappo"][f"vmas/{task}"]["values"] == pytest.approx(finals)
+        assert report["final_return"]["mappo"][f"vmas/{task}"]["mean"] == pytest.approx(sum(finals) / 2)
+    md = result.report_path.read_text()
+    assert "| mappo | vmas/balance | 2 |" in md and "| mappo | vmas/navigation | 2 |" in md
+    if importlib.util.find_spec("rliable") is not None:  # the results extra: rliable's aggregates
+        assert report["tasks"] == ["vmas/balance", "vmas/navigation"] and report["probability_of_improvement"] == {}
+        assert "## Aggregate over tasks (rliable)" in md and (out / "profiles.png").exists()
+    assert json.loads((out / "suite_summary.json").read_text())["report"] == str(out / "report.md")
 
 
 @pytest.mark.slow
