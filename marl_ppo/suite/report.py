@@ -73,6 +73,17 @@ def aggregate(scores: Mapping[str, np.ndarray], seed: int = 0) -> dict[str, Any]
     from rliable import library as rly
     from rliable import metrics
 
+    # rliable 1.2's stratified bootstraps draw their resamples with numpy's global np.random.choice, whatever
+    # random_state they are handed: seed the global generator for the call and give the caller's state back.
+    outer = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return _aggregate(scores, seed, rly, metrics)
+    finally:
+        np.random.set_state(outer)
+
+
+def _aggregate(scores: Mapping[str, np.ndarray], seed: int, rly, metrics) -> dict[str, Any]:
     def stats(x):
         return np.array(
             [
@@ -146,12 +157,17 @@ def write_report(data: Mapping[str, Any], out_dir: str | Path, *, title: str | N
     else:
         import warnings
 
-        tasks, scores = normalised_scores(finals)
-        with warnings.catch_warnings():  # rliable 1.2 hands arch its seeded RandomState as random_state=
-            warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
-            report.update(tasks=tasks, **aggregate(scores))
-        lines += _aggregate_lines(report, len(tasks))
-        _figures(report, out_dir)
+        try:
+            tasks, scores = normalised_scores(finals)
+        except ValueError as err:  # the runs are kept: the report says why it has no aggregates
+            lines += ["", f"No aggregate statistics: {err} (rliable's stratified bootstrap needs as many per task)."]
+            report["aggregate_refused"] = str(err)
+        else:
+            with warnings.catch_warnings():  # rliable 1.2 hands arch its seeded RandomState as random_state=
+                warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
+                report.update(tasks=tasks, **aggregate(scores))
+            lines += _aggregate_lines(report, len(tasks))
+            _figures(report, out_dir)
     write_json(out_dir / "report.json", report)
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")

@@ -62,8 +62,13 @@ def test_the_report_states_each_variants_seeds_and_rliables_aggregates(tmp_path)
     assert profiles["good"][profiles["tau"].index(0.5)] == 1.0 and profiles["poor"][profiles["tau"].index(0.5)] == 0.0
     for name in ("aggregate.png", "profiles.png", "improvement.png"):
         assert (tmp_path / name).stat().st_size > 1000
-    # the same JSON gives the same report (every bootstrap seeded; numpy's sums may differ in the last bit)
+    # the same JSON gives the same report (every bootstrap seeded; numpy's sums may differ in the last bit), and
+    # numpy's global generator, which rliable draws from, is given back as it was
+    np.random.seed(123)
+    expected_next = np.random.rand()
+    np.random.seed(123)
     write_report(DATA, tmp_path / "again")
+    assert np.random.rand() == expected_next
     assert _rounded(json.loads((tmp_path / "again" / "report.json").read_text())) == _rounded(report)
 
 
@@ -73,3 +78,15 @@ def _rounded(obj):
     if isinstance(obj, dict):
         return {k: _rounded(v) for k, v in obj.items()}
     return [_rounded(v) for v in obj] if isinstance(obj, list) else obj
+
+
+def test_a_report_over_uneven_seeds_keeps_the_table_and_says_why_it_has_no_aggregates(tmp_path):
+    pytest.importorskip("rliable")
+    uneven = json.loads(json.dumps(DATA))
+    del uneven["vmas"]["bal"]["good"]["seed_2"]  # good: 3 runs on nav, 2 on bal
+    md = write_report(uneven, tmp_path).read_text()
+    assert "| good | vmas/bal | 2 | 95 |" in md and "| poor | vmas/nav | 3 | 3 |" in md
+    assert "No aggregate statistics: variant good has different numbers of runs per task" in md
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert "aggregate" not in report and "good" in report["aggregate_refused"]
+    assert not (tmp_path / "aggregate.png").exists()
