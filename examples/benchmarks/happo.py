@@ -8,9 +8,14 @@ collected batches), Welch's t-test between the two on each, and the wall time pe
     .venv/bin/python examples/benchmarks/happo.py --seeds 0,1,2 --frames 120000
     .venv/bin/python examples/benchmarks/happo.py --task simple_tag --seeds 0,1,2
     .venv/bin/python examples/benchmarks/happo.py --quick                       # smoke: a minute
+    .venv/bin/python examples/benchmarks/happo.py --config halfcheetah_2x3_mappo --seeds 0,1,2,3,4 \
+        --frames 200000 --jobs 2 --out runs/happo-halfcheetah                  # MaMuJoCo
 
 Default task: VMAS ``simple_speaker_listener`` (a ``speaker`` who sees the goal and a ``listener``
-who moves, two groups, one shared reward).
+who moves, two groups, one shared reward). ``--config`` starts every run from a shipped config (or a
+YAML file) instead of the default one; ``--task`` then sets its ``env.scenario`` only when given.
+``--jobs`` children run at a time (one torch thread each); ``--out`` keeps the run directories and
+writes every run's figures to ``happo_results.json`` there.
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = ("mappo", "happo")
 
 
-def _run(task: str, algorithm: str, seed: int, frames: int, extra: list[str], root: Path) -> tuple[dict, float]:
-    name = f"{algorithm}-{seed}"
+def _run(args, algorithm: str, seed: int, frames: int, root: Path) -> tuple[dict, float]:
+    name, extra = f"{algorithm}-{seed}", args.set
+    config = [args.config] if args.config else []
+    task = [f"env.scenario={args.task}"] if args.task or not args.config else []
     cmd = [
-        sys.executable, "-m", "marl_ppo.cli", "train", f"env.scenario={task}", f"loss.algorithm={algorithm}",
+        sys.executable, "-m", "marl_ppo.cli", "train", *config, *task, f"loss.algorithm={algorithm}",
         f"train.seed={seed}", f"train.total_frames={frames}", "model.share_params=false", "train.num_threads=1",
         "log.progress=false", "log.plot=false", f"log.root={root}", f"log.name={name}", *extra,
     ]  # fmt: skip
@@ -48,24 +56,36 @@ def _run(task: str, algorithm: str, seed: int, frames: int, extra: list[str], ro
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="simple_speaker_listener")
+    parser.add_argument("--task", help="env.scenario (default: simple_speaker_listener without --config)")
+    parser.add_argument("--config", help="a shipped config or YAML file every run starts from")
+    parser.add_argument("--jobs", type=int, default=1, help="children at a time")
+    parser.add_argument("--out", help="keep the run directories here and write happo_results.json")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--frames", type=int, default=120_000)
     parser.add_argument("--quick", action="store_true", help="two seeds, 12 000 frames")
     parser.add_argument("--set", nargs="*", default=[], help="more overrides for every run")
     args = parser.parse_args()
+    if not args.config and not args.task:
+        args.task = "simple_speaker_listener"
     seeds = [0, 1] if args.quick else [int(s) for s in args.seeds.split(",")]
     frames = 12_000 if args.quick else args.frames
     results: dict[str, list[dict]] = {a: [] for a in ALGORITHMS}
     times: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:
-            for algorithm in ALGORITHMS:
-                summary, seconds = _run(args.task, algorithm, seed, frames, args.set, Path(tmp))
-                results[algorithm].append(summary)
-                times[algorithm].append(seconds)
+    runs = [(algorithm, seed) for seed in seeds for algorithm in ALGORITHMS]
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        root = Path(args.out or tmp)
+        done = list(pool.map(lambda run: _run(args, run[0], run[1], frames, root), runs))
+    for (algorithm, _), (summary, seconds) in zip(runs, done):
+        results[algorithm].append(summary)
+        times[algorithm].append(seconds)
+    if args.out:
+        per_run = [{"algorithm": a, "seed": s, "seconds": t, **summary} for (a, s), (summary, t) in zip(runs, done)]
+        (root / "happo_results.json").write_text(json.dumps({"frames": frames, "runs": per_run}, indent=1))
     groups = sorted(k.split("/")[1] for k in results["mappo"][0] if k.startswith("eval/") and k.endswith("reward"))
-    print(f"{args.task}, {frames} frames, seeds {seeds}, model.share_params=false")
+    print(
+        f"{args.config or 'default config'}, {args.task or 'its scenario'}, {frames} frames, seeds {seeds}, "
+        f"model.share_params=false, {args.jobs} run(s) at a time"
+    )
     columns = [f"{kind}/{g}/episode_reward" for g in groups for kind in ("eval", "collect")]
     print(
         "| algorithm | "
