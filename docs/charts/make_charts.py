@@ -66,8 +66,9 @@ def seeds() -> plt.Figure:
     return fig
 
 
-def tuned() -> plt.Figure:
-    rows = read("tuned.csv")
+def _dots(rows: list[dict[str, str]], title: str, ylabel: str, suptitle: str) -> plt.Figure:
+    """One panel per ``task``: each ``side``'s seeds as dots, their mean as a bar (``{task}`` in ``title`` and
+    ``ylabel`` stands for the panel's)."""
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2), squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -75,15 +76,25 @@ def tuned() -> plt.Figure:
         for i, side in enumerate(sides):
             values = [float(r["final_return"]) for r in rows if r["task"] == task and r["side"] == side]
             offsets = [i + 0.06 * (j - (len(values) - 1) / 2) for j in range(len(values))]
-            color = BLUE if side.startswith("marl_ppo") else ORANGE
+            color = (BLUE, ORANGE, GREY)[i % 3]
             ax.plot(offsets, values, "o", color=color, alpha=0.8)
-            mean = sum(values) / len(values)
-            ax.hlines(mean, i - 0.25, i + 0.25, color=color, linewidth=2)
+            ax.hlines(sum(values) / len(values), i - 0.25, i + 0.25, color=color, linewidth=2)
         ax.set_xticks(range(len(sides)), sides)
         ax.set_xlim(-0.6, len(sides) - 0.4)
-        ax.set(title=f"VMAS {task}", ylabel="final training return")
-    fig.suptitle("Each seed a dot, the mean a bar (120 000 frames)", fontsize=10)
+        ax.set(title=title.format(task=task), ylabel=ylabel.format(task=task))
+    fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+def tuned() -> plt.Figure:
+    return _dots(
+        read("tuned.csv"), "VMAS {task}", "final training return", "Each seed a dot, the mean a bar (120 000 frames)"
+    )
+
+
+def happo_halfcheetah() -> plt.Figure:
+    suptitle = "MaMuJoCo HalfCheetah 2x3: each seed a dot, the mean a bar (200 000 frames)"
+    return _dots(read("happo_halfcheetah.csv"), "{task}", "{task}", suptitle)
 
 
 def tictactoe() -> plt.Figure:
@@ -194,6 +205,7 @@ def data_flow() -> plt.Figure:
 CHARTS: dict[str, tuple[str | None, Callable[[], plt.Figure]]] = {
     "seeds": ("seeds.csv", seeds),
     "tuned": ("tuned.csv", tuned),
+    "happo_halfcheetah": ("happo_halfcheetah.csv", happo_halfcheetah),
     "tictactoe": ("tictactoe.csv", tictactoe),
     "iteration_floor": ("iteration_floor.csv", iteration_floor),
     "collection": ("collection.csv", collection),
