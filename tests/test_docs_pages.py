@@ -39,9 +39,10 @@ def test_no_page_speaks_of_how_it_was_produced():
 
 
 def test_the_wording_check_knows_its_words():
-    page = "Measured over two working sessions.\nNo GPU was lent to this work; see DESIGN.md.\nThe value target."
+    page = "Measured over two working sessions.\nNo GPU was lent to this work; see DESIGN.md.\n"
+    page += "The value target, outside this\nwork."  # a phrase across two lines counts on its first
     problems = checks.process_wording(page)
-    assert [p.split(":")[0] for p in problems] == ["line 1", "line 2", "line 2", "line 2"]
+    assert [p.split(":")[0] for p in problems] == ["line 1", "line 2", "line 2", "line 2", "line 3"]
     assert '"working sessions"' in problems[0] and "outside the repository" in problems[3]
 
 

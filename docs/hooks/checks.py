@@ -32,9 +32,12 @@ CHART = re.compile(r"\]\((?:\.\./)*charts/([\w-]+)\.svg\)")
 def process_wording(markdown: str) -> list[str]:
     """Each line that uses process wording: ``line N: "<match>" (<why>)``."""
     problems = []
-    for number, line in enumerate(markdown.splitlines(), 1):
+    lines = markdown.splitlines()
+    for number, line in enumerate(lines, 1):
+        with_next = " ".join([line, *lines[number : number + 1]])  # a phrase may run onto the next line
         for pattern, why in PROCESS_WORDING.items():
-            if match := re.search(pattern, line, re.IGNORECASE):
+            match = re.search(pattern, with_next, re.IGNORECASE)
+            if match and match.start() < len(line):
                 problems.append(f'line {number}: "{match.group(0)}" ({why})')
     return problems
 
