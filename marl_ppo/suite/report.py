@@ -9,8 +9,9 @@ then per variant the interquartile mean, the mean, the median and the optimality
 bootstrap intervals, the performance profile (the fraction of runs above each normalised score), and the
 probability of improvement of each variant over each other one.
 
-Every bootstrap draws from a generator seeded with 0 (``RESAMPLES`` resamples): the same JSON gives the
-same report. Written by hand: the score matrices and the Markdown; rliable computes and draws the rest.
+Every bootstrap draws from a generator seeded with 0 (:data:`marl_ppo.stats.RESAMPLES` resamples per task,
+``AGGREGATE_RESAMPLES`` for the aggregates): the same JSON gives the same report. Written by hand: the score
+matrices and the Markdown; rliable computes and draws the rest.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from marl_ppo.stats import describe
+from marl_ppo.stats import RESAMPLES, describe
 from marl_ppo.suite._files import write_json
 
-__all__ = ["final_returns", "normalised_scores", "aggregate", "write_report", "RESAMPLES"]
+__all__ = ["final_returns", "normalised_scores", "aggregate", "write_report", "AGGREGATE_RESAMPLES"]
 
-RESAMPLES = 2000
+AGGREGATE_RESAMPLES = 2000
 METRICS = ("IQM", "mean", "median", "optimality gap")
 EXTRA_HINT = "pip install 'marl-ppo[results]' (rliable)"
 
@@ -95,20 +96,23 @@ def _aggregate(scores: Mapping[str, np.ndarray], seed: int, rly, metrics) -> dic
         )
 
     points, intervals = rly.get_interval_estimates(
-        dict(scores), stats, reps=RESAMPLES, random_state=np.random.RandomState(seed)
+        dict(scores), stats, reps=AGGREGATE_RESAMPLES, random_state=np.random.RandomState(seed)
     )
     taus = np.linspace(0.0, 1.0, 51)
     profiles, profile_cis = rly.get_interval_estimates(
         dict(scores),
         lambda x: rly.score_distributions(x, taus),
-        reps=RESAMPLES,
+        reps=AGGREGATE_RESAMPLES,
         random_state=np.random.RandomState(seed),
     )  # rliable's create_performance_profile, with a seeded generator
     names = list(scores)
     pairs = {f"{x},{y}": [scores[x], scores[y]] for x in names for y in names if x != y}
     improvement, improvement_cis = (
         rly.get_interval_estimates(
-            pairs, metrics.probability_of_improvement, reps=RESAMPLES, random_state=np.random.RandomState(seed)
+            pairs,
+            metrics.probability_of_improvement,
+            reps=AGGREGATE_RESAMPLES,
+            random_state=np.random.RandomState(seed),
         )
         if pairs
         else ({}, {})
@@ -141,7 +145,8 @@ def write_report(data: Mapping[str, Any], out_dir: str | Path, *, title: str | N
     lines = [f"# {title or 'Suite'}: results", ""]
     lines += [
         "Final return of each variant per task: the mean over its seeds of each run's final evaluation",
-        "(`absolute_metrics`), the sample sd, and the 95 % bootstrap interval of the mean (10 000 resamples, seed 0).",
+        "(`absolute_metrics`), the sample sd, and the 95 % bootstrap interval of the mean",
+        f"({RESAMPLES} resamples, seed 0).",
         "",
         "| variant | task | seeds | mean | sd | 95 % interval |",
         "|---|---|---:|---:|---:|---|",
@@ -180,7 +185,7 @@ def _aggregate_lines(report: Mapping[str, Any], n_tasks: int) -> list[str]:
         "## Aggregate over tasks (rliable)",
         "",
         f"Scores: each task's returns min-max normalised over every run of the suite ({n_tasks} task(s)); "
-        f"stratified bootstrap 95 % intervals ({RESAMPLES} resamples, seed 0). Figures: `aggregate.png`, "
+        f"stratified bootstrap 95 % intervals ({AGGREGATE_RESAMPLES} resamples, seed 0). Figures: `aggregate.png`, "
         "`profiles.png`, `improvement.png`.",
         "",
         "| variant | " + " | ".join(METRICS) + " |",
