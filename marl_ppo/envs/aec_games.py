@@ -35,11 +35,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torchrl._utils import seed_generator
 from torchrl.data import Bounded, Categorical, Composite, OneHot, Unbounded
-from torchrl.envs import Compose, EnvBase, TransformedEnv
+from torchrl.envs import EnvBase, TransformedEnv
 
+from marl_ppo.envs.game_copies import DONE_KEYS, GameCopies, flat_observation, wrapper_of
 from marl_ppo.envs.transforms import FlatObservation
 
 __all__ = ["AecGames", "aec_games_refusal"]
@@ -47,11 +48,11 @@ __all__ = ["AecGames", "aec_games_refusal"]
 
 def aec_games_refusal(copy: EnvBase) -> str | None:
     """Why :class:`AecGames` cannot stand in for copies like ``copy`` (one wrapped game), or ``None``."""
-    wrapper = copy.base_env if isinstance(copy, TransformedEnv) else copy
-    if isinstance(copy, TransformedEnv) and _flat_observation(copy) is None:
+    wrapper = wrapper_of(copy)
+    if isinstance(copy, TransformedEnv) and flat_observation(copy) is None:
         return f"transforms other than one FlatObservation: {copy.transform}"
-    if isinstance(copy, TransformedEnv) and _flat_observation(copy).images:
-        return f"image observations (groups {list(_flat_observation(copy).images)})"
+    if isinstance(copy, TransformedEnv) and flat_observation(copy).images:
+        return f"image observations (groups {list(flat_observation(copy).images)})"
     if not hasattr(wrapper, "_env") or not hasattr(wrapper, "group_map") or getattr(wrapper, "parallel", True):
         return "not a turn-based (AEC) PettingZoo game in torchrl's PettingZooWrapper"
     if not wrapper.use_mask or wrapper.done_on_any or wrapper.return_state:
@@ -75,14 +76,6 @@ def aec_games_refusal(copy: EnvBase) -> str | None:
         if "action_mask" in game.infos.get(agent, {}):
             return f"agent {agent!r} gives its action mask in its infos"
     return None
-
-
-def _flat_observation(copy: TransformedEnv) -> FlatObservation | None:
-    """The copy's one transform, if it is a :class:`FlatObservation` (alone or alone in a ``Compose``)."""
-    transform = copy.transform
-    if isinstance(transform, Compose) and len(transform) == 1:
-        transform = transform[0]
-    return transform if isinstance(transform, FlatObservation) else None
 
 
 class _Group:
@@ -117,33 +110,19 @@ class _Group:
         return out
 
 
-class AecGames(EnvBase):
+class AecGames(GameCopies):
     """``copies`` (each one wrapped game from the adapter's factory) as one env of batch ``[len(copies)]``.
 
     The specs, group map and keys are those of ``SerialEnv(copies)``; only the raw games are stepped.
     """
 
     def __init__(self, copies: Sequence[EnvBase]) -> None:
+        super().__init__(copies)
         first = copies[0]
-        wrapper = first.base_env if isinstance(first, TransformedEnv) else first
-        super().__init__(device="cpu", batch_size=[len(copies)])
-        self.copies = list(copies)
-        self.games = [(c.base_env if isinstance(c, TransformedEnv) else c)._env for c in self.copies]
-        self.group_map = {g: list(agents) for g, agents in wrapper.group_map.items()}
         self.seeds: list[int | None] = [None] * len(copies)  # each game's last seed
-        flat = _flat_observation(first) if isinstance(first, TransformedEnv) else None
-        self._groups = [_Group(g, agents, wrapper, flat) for g, agents in self.group_map.items()]
+        flat = flat_observation(first) if isinstance(first, TransformedEnv) else None
+        self._groups = [_Group(g, agents, wrapper_of(first), flat) for g, agents in self.group_map.items()]
         self._seat = {agent: (k, j) for k, grp in enumerate(self._groups) for j, agent in enumerate(grp.agents)}
-        n = len(copies)
-        self.full_observation_spec = first.full_observation_spec.expand(n, *first.full_observation_spec.shape).clone()
-        self.full_action_spec = first.full_action_spec.expand(n, *first.full_action_spec.shape).clone()
-        self.full_reward_spec = first.full_reward_spec.expand(n, *first.full_reward_spec.shape).clone()
-        self.full_done_spec = first.full_done_spec.expand(n, *first.full_done_spec.shape).clone()
-
-    @property
-    def description(self) -> str:
-        """How this env steps, for the run's notes."""
-        return f"env: {len(self.games)} copies of {self.games[0]} stepped by AecGames (one loop, no SerialEnv)"
 
     # -- seeding: SerialEnv's chain, each game seeded as the adapter's wrapper seeds it -------------
 
@@ -156,9 +135,6 @@ class AecGames(EnvBase):
                 seed = seed_generator(seed)
         return seed
 
-    def _set_seed(self, seed: int | None) -> None:  # EnvBase's abstract hook; set_seed does the work
-        self.set_seed(seed)
-
     # -- reset and step ---------------------------------------------------------------------------------
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
@@ -169,22 +145,7 @@ class AecGames(EnvBase):
             game.reset(**kwargs)
             self._write(i, game, arrays, step=False)
         # rows not reset stay zero: EnvBase.reset keeps the input's values there (_update_during_reset)
-        return self._batch(arrays, {key: np.zeros((len(self.games), 1), bool) for key in _DONE})
-
-    def _rows_to_reset(self, tensordict: TensorDictBase | None) -> list[int]:
-        """SerialEnv's rule: the root ``_reset``, else any group's, else every copy."""
-        if tensordict is None:
-            return list(range(len(self.games)))
-        if "_reset" in tensordict.keys():
-            flags = [tensordict.get("_reset")]
-        else:
-            flags = [tensordict.get(k) for k in self.reset_keys if k in tensordict.keys(True)]
-        if not flags:
-            return list(range(len(self.games)))
-        rows = torch.zeros(len(self.games), dtype=torch.bool)
-        for flag in flags:
-            rows |= flag.reshape(len(self.games), -1).any(-1)
-        return rows.nonzero().flatten().tolist()
+        return self._groups_batch(arrays, {key: np.zeros((len(self.games), 1), bool) for key in DONE_KEYS})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions = [tensordict.get((grp.name, "action")).numpy() for grp in self._groups]
@@ -195,8 +156,10 @@ class AecGames(EnvBase):
             self._write(i, game, arrays, step=True)
         # torchrl's AEC rule (done_on_any=False): a root flag is True where every agent's is
         n = len(self.games)
-        root = {key: np.logical_and.reduce([a[key].reshape(n, -1).all(-1) for a in arrays])[:, None] for key in _DONE}
-        return self._batch(arrays, root)
+        root = {
+            key: np.logical_and.reduce([a[key].reshape(n, -1).all(-1) for a in arrays])[:, None] for key in DONE_KEYS
+        }
+        return self._groups_batch(arrays, root)
 
     def _write(self, i: int, game: Any, arrays: list[dict[str, np.ndarray]], step: bool) -> None:
         acting = game.agent_selection
@@ -222,20 +185,5 @@ class AecGames(EnvBase):
                     out["truncated"][i, j, 0] = truncated
                     out["done"][i, j, 0] = terminated or truncated
 
-    def _batch(self, arrays: list[dict[str, np.ndarray]], root: dict[str, np.ndarray]) -> TensorDictBase:
-        """The groups' arrays and the root flags (``[n, 1]`` each) as one tensordict, without copies."""
-        n = len(self.games)
-        data: dict[str, Any] = {key: torch.from_numpy(flag) for key, flag in root.items()}
-        for grp, out in zip(self._groups, arrays):
-            data[grp.name] = TensorDict(
-                {k: torch.from_numpy(v) for k, v in out.items()}, batch_size=[n, len(grp.agents)]
-            )
-        return TensorDict(data, batch_size=[n])
-
-    def close(self, *, raise_if_closed: bool = True) -> None:
-        for copy in self.copies:
-            copy.close()
-        super().close(raise_if_closed=raise_if_closed)
-
-
-_DONE = ("done", "terminated", "truncated")
+    def _groups_batch(self, arrays: list[dict[str, np.ndarray]], root: dict[str, np.ndarray]) -> TensorDictBase:
+        return self._batch([(grp.name, len(grp.agents), out) for grp, out in zip(self._groups, arrays)], root)

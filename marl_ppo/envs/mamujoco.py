@@ -22,7 +22,7 @@ from typing import Any
 from torchrl.envs import EnvBase, ParallelEnv, SerialEnv
 
 from marl_ppo.envs.options import EnvConfig
-from marl_ppo.envs.pettingzoo import wrap_game
+from marl_ppo.envs.pettingzoo import in_one_loop, wrap_game
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError, check_installed
 
@@ -80,9 +80,14 @@ def _copy(cfg: EnvConfig, seed: int) -> EnvBase:
     return wrap_game(_without_infos(_game(cfg)), None, seed, done_on_any=False)
 
 
-def make_mamujoco(cfg: EnvConfig, *, seed: int, num_envs: int, device=None) -> EnvBase:
-    """``num_envs`` copies of the MaMuJoCo scenario ``cfg`` names, in a ``SerialEnv`` (``ParallelEnv``
-    with ``env.parallel=true``)."""
+def make_mamujoco(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:
+    """``num_envs`` copies of the MaMuJoCo scenario ``cfg`` names, stepped in one loop by
+    :class:`~marl_ppo.envs.parallel_games.ParallelGames` (``lean``, the default), else in a ``SerialEnv``
+    (``ParallelEnv`` with ``env.parallel=true``)."""
+    if lean and not cfg.parallel:
+        env = in_one_loop(partial(_copy, cfg), seed=seed, num_envs=num_envs)
+        if env is not None:
+            return env
     _copy(cfg, seed).close()  # a bad scenario or split fails here, in this process, in one line
     fns = [partial(_copy, cfg, seed + i) for i in range(num_envs)]
     env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)

@@ -16,9 +16,11 @@
   group per agent in an AEC env; ``env.kwargs.group_map`` (``one_group_per_agent`` or
   ``all_in_one_group``) overrides that.
 
-The copies run in a ``SerialEnv`` (``env.parallel=true``: a ``ParallelEnv``), or, for a turn-based
-game, in :class:`~marl_ppo.envs.aec_games.AecGames`, which steps the same copies' games in one loop
-and gives the same data, faster. Every env is wrapped with torchrl's
+The copies run in one loop where it can reproduce torchrl's data: a turn-based game in
+:class:`~marl_ppo.envs.aec_games.AecGames`, a parallel one in
+:class:`~marl_ppo.envs.parallel_games.ParallelGames` (each steps the copies' games and gives the
+same data as a ``SerialEnv`` of them, faster); otherwise in a ``SerialEnv`` (``env.parallel=true``:
+a ``ParallelEnv``). Every env is wrapped with torchrl's
 ``PettingZooWrapper(use_mask=True)``: ``(group, "mask")`` is ``False`` for an agent that is not
 acting (AEC: not its turn; parallel: it has left the episode, e.g. a Knights-Archers-Zombies
 archer eaten by a zombie). Those steps are padding: the router gives
@@ -53,11 +55,20 @@ from torchrl.envs import Compose, EnvBase, ParallelEnv, SerialEnv, TransformedEn
 from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.options import EnvConfig, ImageOptions
+from marl_ppo.envs.parallel_games import ParallelGames, parallel_games_refusal
 from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
-__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
+__all__ = [
+    "make_pettingzoo",
+    "mpe_tasks",
+    "classic_tasks",
+    "pettingzoo_tasks",
+    "raw_observation_specs",
+    "wrap_game",
+    "in_one_loop",
+]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
 # the packages of env families that an extra of marl_ppo installs (pyproject.toml)
@@ -98,18 +109,16 @@ def pettingzoo_tasks() -> list[str]:
 def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:
     """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``.
 
-    With ``lean`` (the default) and ``env.parallel=false``, the copies of a turn-based game that
-    :class:`~marl_ppo.envs.aec_games.AecGames` takes are stepped by it instead of a ``SerialEnv``:
-    the same data, collected about four times faster (docs/performance.md).
+    With ``lean`` (the default) and ``env.parallel=false``, copies that
+    :class:`~marl_ppo.envs.aec_games.AecGames` or :class:`~marl_ppo.envs.parallel_games.ParallelGames`
+    takes are stepped in one loop (:func:`in_one_loop`) instead of a ``SerialEnv``: the same data,
+    collected faster (docs/performance.md).
     """
     make = copy_factory(cfg)
     if lean and not cfg.parallel:
-        first = make(seed)
-        if aec_games_refusal(first) is None:
-            env = AecGames([first] + [make(seed + i) for i in range(1, num_envs)])
-            env.set_seed(seed)
+        env = in_one_loop(make, seed=seed, num_envs=num_envs)
+        if env is not None:
             return env
-        first.close()
     if cfg.parallel:
         # a worker's failure is a traceback from another process: build one copy here first
         make(seed).close()
@@ -118,6 +127,20 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, le
     with workers_ignore_stop_signals():  # Ctrl-C/SIGTERM are the main process's to handle
         env.set_seed(seed)  # starts a ParallelEnv's worker processes
     return env
+
+
+def in_one_loop(make: Callable[[int], EnvBase], *, seed: int, num_envs: int) -> EnvBase | None:
+    """The copies ``make(seed + i)`` stepped by :class:`~marl_ppo.envs.aec_games.AecGames` (a turn-based game)
+    or :class:`~marl_ppo.envs.parallel_games.ParallelGames` (a parallel one), seeded as ``SerialEnv`` seeds
+    them; ``None`` where neither takes the game (then a ``SerialEnv`` steps it)."""
+    first = make(seed)
+    for stepper, refusal in ((AecGames, aec_games_refusal), (ParallelGames, parallel_games_refusal)):
+        if refusal(first) is None:
+            env = stepper([first] + [make(seed + i) for i in range(1, num_envs)])
+            env.set_seed(seed)
+            return env
+    first.close()
+    return None
 
 
 def raw_observation_specs(cfg: EnvConfig) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Covered, on real PettingZoo classic games: rollouts over many episode ends (copi
 different steps, so partial resets) with every key, dtype and value equal, and the same specs, for
 tic-tac-toe (both seat groupings), connect four, rock-paper-scissors (a one-hot observation) and go;
 each copy seeded with torchrl's chain within 31 bits; a whole self-play run against a pool ending
-with the same parameters and logs; and what it declines (a parallel env) left to ``SerialEnv``.
+with the same parameters and logs; and what it declines (a parallel env) left to ``ParallelGames``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import marl_ppo.envs.pettingzoo as pettingzoo_adapter
 from marl_ppo.config import load_config
 from marl_ppo.envs import EnvConfig
 from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
+from marl_ppo.envs.parallel_games import ParallelGames
 from marl_ppo.envs.pettingzoo import copy_factory, make_pettingzoo
 from marl_ppo.groups.specs import group_map
 from marl_ppo.run.trainer import Trainer
@@ -91,13 +92,13 @@ def test_each_copy_is_seeded_with_torchrls_chain_within_31_bits():
     env.close()
 
 
-def test_a_parallel_env_is_declined_and_stepped_by_serial_env():
+def test_a_parallel_env_is_declined_and_left_to_parallel_games():
     cfg = EnvConfig(kind="pettingzoo", scenario="simple_spread_v3", kwargs={"N": 2}, max_steps=5)
     copy = copy_factory(cfg)(0)
     assert "not a turn-based (AEC)" in aec_games_refusal(copy)
     copy.close()
     env = make_pettingzoo(cfg, seed=0, num_envs=2)
-    assert isinstance(env, SerialEnv)
+    assert isinstance(env, ParallelGames)
     env.close()
 
 

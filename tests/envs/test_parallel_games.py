@@ -1,0 +1,144 @@
+"""``ParallelGames`` gives, value for value, what torchrl's ``SerialEnv`` of the wrapped copies gives.
+
+The reference is torchrl's own path: a ``SerialEnv`` of the adapter's copies with torchrl's per-agent
+step (the lean step switched off). On the same seed and the same random actions, whole rollouts over
+several episode ends must be equal in every entry, with the same specs: Knights-Archers-Zombies
+(agents that leave mid-episode, a flattened ``float64`` observation),
+MAgent2's battle (float views kept as images), MPE with discrete and with continuous actions (the
+root flags when any agent is done) and MaMuJoCo's Walker2d (continuous, the root flags when every agent
+is; a walker that falls ends its episode, so the copies end apart and are reset alone).
+A short MaMuJoCo training run ends with the same parameters and logs either way, and what the one
+loop cannot reproduce is left to ``SerialEnv``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torchrl.envs import SerialEnv
+
+import marl_ppo.envs.mamujoco as mamujoco_adapter
+from marl_ppo.config import load_config
+from marl_ppo.envs.lean_step import LeanParallelStep
+from marl_ppo.envs.mamujoco import make_mamujoco
+from marl_ppo.envs.options import EnvConfig, ImageOptions
+from marl_ppo.envs.parallel_games import ParallelGames, parallel_games_refusal
+from marl_ppo.envs.pettingzoo import copy_factory, make_pettingzoo
+from marl_ppo.run.trainer import Trainer
+from tests.same_run import assert_same_run
+
+pytest.importorskip("pymunk")
+pytest.importorskip("magent2")
+pytest.importorskip("gymnasium_robotics")
+
+CASES = {
+    "kaz-agents-leave": EnvConfig(
+        kind="pettingzoo",
+        scenario="pettingzoo.butterfly.knights_archers_zombies_v11",
+        max_steps=40,
+        continuous_actions=False,
+        kwargs={"line_death": True, "max_zombies": 4, "max_arrows": 4},
+    ),
+    "battle-images": EnvConfig(
+        kind="pettingzoo",
+        scenario="magent2.environments.battle_v4",
+        max_steps=15,
+        continuous_actions=False,
+        kwargs={"map_size": 12},
+        image=ImageOptions(observation="image"),
+    ),
+    "mpe-discrete": EnvConfig(kind="pettingzoo", scenario="simple_spread_v3", max_steps=12, kwargs={"N": 3}),
+    "mpe-continuous": EnvConfig(
+        kind="pettingzoo", scenario="simple_tag_v3", max_steps=12, continuous_actions=True, kwargs={}
+    ),
+    "mamujoco-falls": EnvConfig(
+        kind="mamujoco", scenario="Walker2d", max_steps=60, kwargs={"agent_conf": "2x3", "agent_obsk": 1}
+    ),
+}
+
+
+def _make(cfg: EnvConfig, lean: bool):
+    make = make_mamujoco if cfg.kind == "mamujoco" else make_pettingzoo
+    return make(cfg, seed=11, num_envs=3, lean=lean)
+
+
+def _rollout(cfg: EnvConfig, lean: bool, monkeypatch):
+    monkeypatch.setattr(LeanParallelStep, "lean", lean)  # off: torchrl's own per-agent step in each copy
+    env = _make(cfg, lean)
+    assert isinstance(env, ParallelGames if lean else SerialEnv)
+    torch.manual_seed(0)  # the random actions
+    td = env.rollout(cfg.max_steps * 3 + 4, break_when_any_done=False)
+    specs = [env.full_observation_spec, env.full_action_spec, env.full_reward_spec, env.full_done_spec]
+    env.close()
+    return td, specs
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parallel_games_give_serial_envs_data(name, monkeypatch):
+    cfg = CASES[name]
+    expected, expected_specs = _rollout(cfg, False, monkeypatch)
+    got, specs = _rollout(cfg, True, monkeypatch)
+    assert specs == expected_specs
+    keys = sorted(expected.keys(True, True), key=str)
+    assert sorted(got.keys(True, True), key=str) == keys
+    for key in keys:
+        assert got.get(key).dtype == expected.get(key).dtype, key
+        assert torch.equal(got.get(key), expected.get(key)), key
+    done = expected.get(("next", "done")).squeeze(-1)  # [envs, T]
+    assert done.sum() >= 3  # episodes ended, so the copies were reset mid-rollout
+    if name == "kaz-agents-leave":  # agents left mid-episode
+        masks = [expected["next", g, "mask"] for g in ("archer", "knight")]
+        assert any((~m & ~expected["next", "done"]).any() for m in masks)
+    if name == "mamujoco-falls":  # a walker that falls ends its episode: copies end apart, so some are reset alone
+        assert (done.any(0) & ~done.all(0)).any()
+
+
+def test_what_the_one_loop_cannot_reproduce_is_left_to_serial_env():
+    pistonball = EnvConfig(
+        kind="pettingzoo",
+        scenario="pettingzoo.butterfly.pistonball_v6",
+        max_steps=5,
+        continuous_actions=False,
+        kwargs={"n_pistons": 3},
+        image=ImageOptions(size=[16, 16], grayscale=True),
+    )
+    copy = copy_factory(pistonball)(0)
+    assert "transforms other than one FlatObservation" in parallel_games_refusal(copy)
+    copy.close()
+    env = make_pettingzoo(pistonball, seed=0, num_envs=2)
+    assert isinstance(env, SerialEnv)
+    env.close()
+    tictactoe = copy_factory(EnvConfig(kind="pettingzoo", scenario="tictactoe_v3", kwargs={}))(0)
+    assert "not a parallel PettingZoo game" in parallel_games_refusal(tictactoe)
+    tictactoe.close()
+
+
+def test_a_mamujoco_run_is_the_same_either_way(tmp_path, monkeypatch):
+    overrides = [
+        "env.num_envs=2",
+        "env.max_steps=20",
+        "train.frames_per_batch=60",
+        "train.total_frames=180",
+        "train.minibatch_size=30",
+        "train.num_epochs=2",
+        "train.num_threads=1",
+        "model.hidden=[16]",
+        "log.eval_every=2",
+        "log.eval_episodes=2",
+        "log.progress=false",
+        "log.plot=false",
+    ]
+    cfg = load_config("halfcheetah_2x3_happo", overrides)
+    lean = Trainer(cfg, run_dir=tmp_path / "lean")
+    assert isinstance(lean.parts.env.base_env, ParallelGames)
+    lean.fit()
+    # the env kinds' table looks the adapter up when it builds: patched there, every env of the run is plain
+    monkeypatch.setattr(mamujoco_adapter, "make_mamujoco", functools.partial(make_mamujoco, lean=False))
+    plain = Trainer(cfg, run_dir=tmp_path / "serial")
+    assert isinstance(plain.parts.env.base_env, SerialEnv)
+    plain.fit()
+    assert_same_run(plain, lean, tmp_path / "serial", tmp_path / "lean")
+    notes = (tmp_path / "lean" / "run.log").read_text()
+    assert "env: 2 copies of" in notes and "stepped by ParallelGames" in notes
