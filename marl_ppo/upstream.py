@@ -121,7 +121,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # the copies of a turn-based PettingZoo game stepped in one loop (envs/aec_games.py): torchrl's wrapper
     # and SerialEnv, reproduced value for value
     PrivateName(
-        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_env", "read", "envs/pettingzoo.py, envs/aec_games.py"
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_env",
+        "read",
+        "envs/pettingzoo.py, envs/game_copies.py, envs/aec_games.py",
     ),
     PrivateName(
         "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step", "mirror", "envs/aec_games.py", ("tensordict",)
@@ -150,7 +153,40 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "envs/aec_games.py",
         ("tensordict_out", "use_any"),
     ),
-    PrivateName("torchrl.envs.SerialEnv", "_reset", "mirror", "envs/aec_games.py (which copies reset)"),
+    PrivateName("torchrl.envs.SerialEnv", "_reset", "mirror", "envs/game_copies.py (which copies reset)"),
+    # the copies of a parallel PettingZoo game stepped in one loop (envs/parallel_games.py): torchrl's wrapper's
+    # own step (not the lean one) and SerialEnv, reproduced value for value
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step", "mirror", "envs/parallel_games.py", ("tensordict",)
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_reset",
+        "mirror",
+        "envs/parallel_games.py",
+        ("tensordict", "kwargs"),
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_step_parallel",
+        "mirror",
+        "envs/parallel_games.py",
+        ("tensordict",),
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_update_agent_mask",
+        "mirror",
+        "envs/parallel_games.py",
+        ("td",),
+    ),
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper",
+        "_aggregate_done",
+        "mirror",
+        "envs/parallel_games.py",
+        ("tensordict_out", "use_any"),
+    ),
     # a parallel game's step, each group's entries written at once (envs/lean_step.py): torchrl's, value for value
     PrivateName(
         "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step", "override", "envs/lean_step.py", ("tensordict",)
@@ -178,9 +214,21 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "torchrl.record.loggers.tensorboard.TensorboardLogger", "_create_experiment", "override", "run/logger.py", ()
     ),
     # torchrl's documented extension points of envs and transforms (private by name only)
-    PrivateName("torchrl.envs.EnvBase", "_step", "hook", "envs/toy.py, envs/aec_games.py", ("tensordict",)),
-    PrivateName("torchrl.envs.EnvBase", "_reset", "hook", "envs/toy.py, envs/aec_games.py", ("tensordict", "kwargs")),
-    PrivateName("torchrl.envs.EnvBase", "_set_seed", "hook", "envs/toy.py, envs/aec_games.py", ("seed",)),
+    PrivateName(
+        "torchrl.envs.EnvBase",
+        "_step",
+        "hook",
+        "envs/toy.py, envs/aec_games.py, envs/parallel_games.py",
+        ("tensordict",),
+    ),
+    PrivateName(
+        "torchrl.envs.EnvBase",
+        "_reset",
+        "hook",
+        "envs/toy.py, envs/aec_games.py, envs/parallel_games.py",
+        ("tensordict", "kwargs"),
+    ),
+    PrivateName("torchrl.envs.EnvBase", "_set_seed", "hook", "envs/toy.py, envs/game_copies.py", ("seed",)),
     PrivateName("torchrl.envs.Transform", "_call", "hook", "envs/transforms.py", ("next_tensordict",)),
     PrivateName("torchrl.envs.Transform", "_reset", "hook", "envs/transforms.py", ("tensordict", "tensordict_reset")),
     PrivateName("torchrl.envs.Transform", "_step", "hook", "envs/time_limit.py", ("tensordict", "next_tensordict")),

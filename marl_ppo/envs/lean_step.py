@@ -26,7 +26,7 @@ class LeanParallelStep:
 
     lean = True
 
-    def _lean_plan(self) -> list[tuple[str, list[str], torch.dtype]] | None:
+    def lean_plan(self) -> list[tuple[str, list[str], torch.dtype]] | None:
         """``[(group, agents, observation dtype)]`` if this game takes the lean step, else ``None``; read once."""
         plan = self.__dict__.get("_lean_plan_cache", False)
         if plan is not False:
@@ -46,7 +46,7 @@ class LeanParallelStep:
         return plan
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        plan = self._lean_plan()
+        plan = self.lean_plan()
         if plan is None:
             return super()._step(tensordict)
         observations, rewards, terminations, truncations, _ = self._step_parallel(tensordict)

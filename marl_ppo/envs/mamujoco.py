@@ -19,11 +19,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from torchrl.envs import EnvBase, ParallelEnv, SerialEnv
+from torchrl.envs import EnvBase, ParallelEnv
 
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.envs.pettingzoo import in_one_loop, wrap_game
-from marl_ppo.envs.workers import workers_ignore_stop_signals
+from marl_ppo.envs.workers import SerialEnvKeepingThreads, workers_ignore_stop_signals
 from marl_ppo.options import ConfigError, check_installed
 
 __all__ = ["make_mamujoco", "SCENARIOS"]
@@ -90,7 +90,7 @@ def make_mamujoco(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean
             return env
     _copy(cfg, seed).close()  # a bad scenario or split fails here, in this process, in one line
     fns = [partial(_copy, cfg, seed + i) for i in range(num_envs)]
-    env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
+    env = (ParallelEnv if cfg.parallel else SerialEnvKeepingThreads)(num_envs, fns)
     with workers_ignore_stop_signals():
         env.set_seed(seed)
     return env

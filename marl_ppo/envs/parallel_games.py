@@ -51,7 +51,7 @@ __all__ = ["ParallelGames", "parallel_games_refusal"]
 def parallel_games_refusal(copy: EnvBase) -> str | None:
     """Why :class:`ParallelGames` cannot stand in for copies like ``copy`` (one wrapped game), or ``None``."""
     wrapper = wrapper_of(copy)
-    if not hasattr(wrapper, "_lean_plan") or not getattr(wrapper, "parallel", False):
+    if not hasattr(wrapper, "lean_plan") or not getattr(wrapper, "parallel", False):
         return "not a parallel PettingZoo game in the adapter's wrapper"
     if isinstance(copy, TransformedEnv):
         flat = flat_observation(copy)
@@ -60,7 +60,7 @@ def parallel_games_refusal(copy: EnvBase) -> str | None:
         discrete = [g for g, n in flat.groups.items() if n is not None]
         if discrete:
             return f"discrete observations (groups {discrete})"
-    if wrapper._lean_plan() is None:  # the lean step's own conditions: the data is plain arrays
+    if wrapper.lean_plan() is None:  # the lean step's own conditions: the data is plain arrays
         return "no lean step for this game (action masks, infos, a state, nested observations, or lean off)"
     for group in wrapper.group_map:
         spec = wrapper.full_action_spec[group, "action"]

@@ -50,14 +50,14 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any, Callable
 
-from torchrl.envs import Compose, EnvBase, ParallelEnv, SerialEnv, TransformedEnv
+from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 
 from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.options import EnvConfig, ImageOptions
 from marl_ppo.envs.parallel_games import ParallelGames, parallel_games_refusal
 from marl_ppo.envs.vmas import unknown_name
-from marl_ppo.envs.workers import workers_ignore_stop_signals
+from marl_ppo.envs.workers import SerialEnvKeepingThreads, workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
 __all__ = [
@@ -123,7 +123,7 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, le
         # a worker's failure is a traceback from another process: build one copy here first
         make(seed).close()
     fns = [partial(make, seed + i) for i in range(num_envs)]
-    env = (ParallelEnv if cfg.parallel else SerialEnv)(num_envs, fns)
+    env = (ParallelEnv if cfg.parallel else SerialEnvKeepingThreads)(num_envs, fns)
     with workers_ignore_stop_signals():  # Ctrl-C/SIGTERM are the main process's to handle
         env.set_seed(seed)  # starts a ParallelEnv's worker processes
     return env

@@ -65,9 +65,9 @@ def test_lean_step_equals_torchrls_step(name, monkeypatch):
 
 def test_turn_based_games_keep_torchrls_step():
     rps = EnvConfig(kind="pettingzoo", scenario="pettingzoo.classic.rps_v2", continuous_actions=False, kwargs={})
-    assert _wrapper(copy_factory(rps)(0))._lean_plan() is None  # an AEC game: torchrl's step
+    assert _wrapper(copy_factory(rps)(0)).lean_plan() is None  # an AEC game: torchrl's step
     battle = _wrapper(copy_factory(CASES["battle-images"])(0))
-    assert [g for g, *_ in battle._lean_plan()] == ["red", "blue"]
+    assert [g for g, *_ in battle.lean_plan()] == ["red", "blue"]
 
 
 def _wrapper(env):

@@ -139,6 +139,8 @@ def test_a_mamujoco_run_is_the_same_either_way(tmp_path, monkeypatch):
     plain = Trainer(cfg, run_dir=tmp_path / "serial")
     assert isinstance(plain.parts.env.base_env, SerialEnv)
     plain.fit()
+    # closing a SerialEnv (the collector does at total_frames) leaves train.num_threads in force
+    assert torch.get_num_threads() == 1
     assert_same_run(plain, lean, tmp_path / "serial", tmp_path / "lean")
     notes = (tmp_path / "lean" / "run.log").read_text()
     assert "env: 2 copies of" in notes and "stepped by ParallelGames" in notes
