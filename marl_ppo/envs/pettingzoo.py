@@ -52,23 +52,14 @@ from typing import Any, Callable
 
 from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 
-from marl_ppo.envs.aec_games import AecGames, aec_games_refusal
 from marl_ppo.envs.images import observation_transforms
+from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig, ImageOptions
-from marl_ppo.envs.parallel_games import ParallelGames, parallel_games_refusal
 from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import SerialEnvKeepingThreads, workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
-__all__ = [
-    "make_pettingzoo",
-    "mpe_tasks",
-    "classic_tasks",
-    "pettingzoo_tasks",
-    "raw_observation_specs",
-    "wrap_game",
-    "in_one_loop",
-]
+__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
 # the packages of env families that an extra of marl_ppo installs (pyproject.toml)
@@ -111,8 +102,8 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, le
 
     With ``lean`` (the default) and ``env.parallel=false``, copies that
     :class:`~marl_ppo.envs.aec_games.AecGames` or :class:`~marl_ppo.envs.parallel_games.ParallelGames`
-    takes are stepped in one loop (:func:`in_one_loop`) instead of a ``SerialEnv``: the same data,
-    collected faster (docs/performance.md).
+    takes are stepped in one loop (:func:`~marl_ppo.envs.one_loop.in_one_loop`) instead of a
+    ``SerialEnv``: the same data, collected faster (docs/performance.md).
     """
     make = copy_factory(cfg)
     if lean and not cfg.parallel:
@@ -127,20 +118,6 @@ def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, le
     with workers_ignore_stop_signals():  # Ctrl-C/SIGTERM are the main process's to handle
         env.set_seed(seed)  # starts a ParallelEnv's worker processes
     return env
-
-
-def in_one_loop(make: Callable[[int], EnvBase], *, seed: int, num_envs: int) -> EnvBase | None:
-    """The copies ``make(seed + i)`` stepped by :class:`~marl_ppo.envs.aec_games.AecGames` (a turn-based game)
-    or :class:`~marl_ppo.envs.parallel_games.ParallelGames` (a parallel one), seeded as ``SerialEnv`` seeds
-    them; ``None`` where neither takes the game (then a ``SerialEnv`` steps it)."""
-    first = make(seed)
-    for stepper, refusal in ((AecGames, aec_games_refusal), (ParallelGames, parallel_games_refusal)):
-        if refusal(first) is None:
-            env = stepper([first] + [make(seed + i) for i in range(1, num_envs)])
-            env.set_seed(seed)
-            return env
-    first.close()
-    return None
 
 
 def raw_observation_specs(cfg: EnvConfig) -> dict[str, Any]:
