@@ -5,7 +5,7 @@
     marl-ppo train [CONFIG.yaml] [key=value ...]      # default: MAPPO on VMAS navigation
     marl-ppo train --resume RUN_DIR [key=value ...]   # continue a run from its last checkpoint
     marl-ppo train -m [CONFIG.yaml] key=a,b k2=c,d    # a grid of runs (hydra's multirun habit)
-    marl-ppo eval RUN_DIR [--episodes N] [--video F]  # deterministic returns per group (VMAS: GIF)
+    marl-ppo eval RUN_DIR [--episodes N] [--video F]  # deterministic returns per group (VMAS, PettingZoo: GIF)
     marl-ppo plot RUN_DIR [RUN_DIR ...] [--out DIR]   # learning curves (PNG)
     marl-ppo export RUN_DIR [--format onnx ...]       # each trained group's policy as a file, checked
     marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
@@ -208,15 +208,17 @@ def _eval(args: argparse.Namespace) -> int:
         return _matches(args, cfg, parts)
     recorder = None
     if args.video:
-        from marl_ppo.envs.kinds import env_kind
+        from marl_ppo.envs.kinds import video_refusal
 
-        if not env_kind(cfg.env.kind).renders:
-            raise ValueError(f"--video: this run's env.kind={cfg.env.kind!r} does not render")
+        if video_refusal(cfg.env) is not None:
+            raise ValueError(f"--video: this run's {video_refusal(cfg.env)}")
         from marl_ppo.run.video import FrameRecorder
 
         recorder = FrameRecorder()
     # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
-    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps)
+    evaluator = Evaluator(
+        cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=bool(args.video)
+    )
     try:
         out = evaluator(callback=recorder)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
@@ -338,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         "length (classic games); default: the run's",
     )
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
-    p.add_argument("--video", metavar="FILE.gif", help="VMAS: save the first episode as an animated GIF")
+    p.add_argument("--video", metavar="FILE.gif", help="VMAS, PettingZoo: save the first episode as an animated GIF")
     p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")
     p.add_argument(
         "--opponent",

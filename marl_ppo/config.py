@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from marl_ppo.algorithms import ALGORITHMS, algorithm
 from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.config_files import config_path, read_config_file
-from marl_ppo.envs.kinds import ENV_KINDS, env_kind
+from marl_ppo.envs.kinds import video_refusal
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.log_options import LogConfig, MlflowConfig, WandbConfig
 from marl_ppo.models.options import ModelConfig
@@ -259,11 +259,8 @@ class Config:
                     f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play"
                     + ("" if kind == "self" else " (pool plays a run's snapshots; this config has no pool seat)")
                 )
-        if self.log.video and not env_kind(self.env.kind).renders:
-            raise ConfigError(
-                f"log.video=true: env.kind={self.env.kind!r} does not render "
-                f"(kinds that do: {[k.name for k in ENV_KINDS.values() if k.renders]})"
-            )
+        if self.log.video and video_refusal(self.env) is not None:
+            raise ConfigError(f"log.video=true: {video_refusal(self.env)}")
         if self.reward_table is not None:
             from marl_ppo.groups.reward_table import RewardTable, RewardTableError
 

@@ -68,7 +68,7 @@ class LogConfig:
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
-        video: VMAS only: save a GIF of one deterministic episode at every evaluation
+        video: VMAS and PettingZoo: save a GIF of one deterministic episode at every evaluation
             (``videos/`` in the run directory; also sent to TensorBoard, W&B and MLflow).
         eval_opponents: opponent sources the trained policy also plays at every evaluation, in each
             seat it can take: win, draw and loss rates per seat (``docs/opponents.md``).

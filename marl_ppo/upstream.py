@@ -154,6 +154,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         ("tensordict_out", "use_any"),
     ),
     PrivateName("torchrl.envs.SerialEnv", "_reset", "mirror", "envs/game_copies.py (which copies reset)"),
+    # a copy's frame for a video: the copy of a SerialEnv (envs/serial.py)
+    PrivateName("torchrl.envs.SerialEnv", "_envs", "read", "envs/serial.py"),
     # the copies of a parallel PettingZoo game stepped in one loop (envs/parallel_games.py): torchrl's wrapper's
     # own step (not the lean one) and SerialEnv, reproduced value for value
     PrivateName(

@@ -28,7 +28,7 @@ from torchrl.envs import Compose, EnvBase, TransformedEnv
 
 from marl_ppo.envs.transforms import FlatObservation
 
-__all__ = ["GameCopies", "DONE_KEYS", "wrapper_of", "flat_observation"]
+__all__ = ["GameCopies", "DONE_KEYS", "wrapper_of", "flat_observation", "render_game"]
 
 DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -44,6 +44,19 @@ def flat_observation(copy: TransformedEnv) -> FlatObservation | None:
     if isinstance(transform, Compose) and len(transform) == 1:
         transform = transform[0]
     return transform if isinstance(transform, FlatObservation) else None
+
+
+def render_game(game: Any, mode: str = "rgb_array") -> Any:
+    """A PettingZoo game's frame; a clear error where it draws none (built without ``render_mode="rgb_array"``)."""
+    if mode != "rgb_array":
+        raise ValueError(f"PettingZoo games are recorded as rgb_array frames, not {mode!r}")
+    frame = game.render()
+    if frame is None:
+        raise ValueError(
+            f"{game} drew no frame: its render_mode is {getattr(game, 'render_mode', None)!r}, not 'rgb_array' "
+            "(an evaluation that records a video builds its games with env.kwargs.render_mode=rgb_array)"
+        )
+    return frame
 
 
 class GameCopies(EnvBase):
@@ -104,6 +117,10 @@ class GameCopies(EnvBase):
         for name, n_agents, out in groups:
             data[name] = TensorDict({k: torch.as_tensor(v) for k, v in out.items()}, batch_size=[n, n_agents])
         return TensorDict(data, batch_size=[n])
+
+    def render(self, mode: str = "rgb_array", env_index: int = 0) -> Any:
+        """Copy ``env_index``'s frame, drawn by its game (built with ``render_mode="rgb_array"``)."""
+        return render_game(self.games[env_index], mode)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         for copy in self.copies:

@@ -10,7 +10,9 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
 * ``vectorised``: one env object steps all ``num_envs`` copies in one call (VMAS, a custom factory
   taking ``num_envs``); otherwise the copies are separate games (PettingZoo), so an evaluation runs
   at most ``env.num_envs`` of them at once;
-* ``renders``: its envs draw frames (``log.video``, ``marl-ppo eval --video``);
+* ``renders``: its envs draw frames (``log.video``, ``marl-ppo eval --video``): ``env.render(mode="rgb_array",
+  env_index=i)`` gives copy ``i``'s frame; ``render_kwargs`` go into ``env.kwargs`` of the evaluation
+  envs that record one (:meth:`EnvKind.for_video`);
 * ``own_time_limit``: the env applies ``env.time_limit`` itself (VMAS); otherwise ``make_env``
   folds reported truncations into terminations where ``time_limit=terminate`` asks;
 * ``seeds_in_one_env``: ``train.seeds`` may run every seed's copies in one env of ``S x num_envs``;
@@ -27,12 +29,13 @@ ValueError: unknown env kind 'gym'; registered kinds: ['custom', 'mamujoco', 'pe
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EnvKind", "ENV_KINDS", "env_kind", "register_env_kind"]
+__all__ = ["EnvKind", "ENV_KINDS", "env_kind", "register_env_kind", "video_refusal"]
 
 
 def _resolve(target: str | Callable) -> Callable:
@@ -52,6 +55,7 @@ class EnvKind:
     make: str | Callable[..., Any]
     vectorised: bool = True
     renders: bool = False
+    render_kwargs: tuple[tuple[str, Any], ...] = ()
     own_time_limit: bool = False
     seeds_in_one_env: bool = True
     bounded: bool | str | Callable[..., bool] = True
@@ -60,6 +64,13 @@ class EnvKind:
     def build(self, cfg, *, seed: int, num_envs: int, device=None):
         """The kind's env for ``cfg`` (what ``make_env`` wraps with episode returns and the time limit)."""
         return _resolve(self.make)(cfg, seed=seed, num_envs=num_envs, device=device)
+
+    def for_video(self, cfg):
+        """``cfg`` (an env config) with the kind's ``render_kwargs`` in its ``kwargs``: the envs an evaluation
+        that records a video builds (a PettingZoo game draws frames only with ``render_mode="rgb_array"``)."""
+        if not self.render_kwargs:
+            return cfg
+        return dataclasses.replace(cfg, kwargs={**cfg.kwargs, **dict(self.render_kwargs)})
 
     def bounds_episodes(self, cfg) -> bool:
         """Whether ``cfg.max_steps`` caps this env's episodes (else it only caps the evaluation's rollout)."""
@@ -80,6 +91,8 @@ ENV_KINDS: dict[str, EnvKind] = {
         "pettingzoo",
         "marl_ppo.envs.pettingzoo:make_pettingzoo",
         vectorised=False,
+        renders=True,  # copies stepped in one loop or in a SerialEnv: render(env_index=i) draws copy i
+        render_kwargs=(("render_mode", "rgb_array"),),
         bounded=_mpe_task,  # MPE tasks end at max_cycles; classic games end on their own
         raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
     ),
@@ -87,6 +100,16 @@ ENV_KINDS: dict[str, EnvKind] = {
     # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
     "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False),
 }
+
+
+def video_refusal(cfg) -> str | None:
+    """Why the envs of ``cfg`` (an env config) cannot record a video, or ``None``."""
+    if not env_kind(cfg.kind).renders:
+        kinds = [k.name for k in ENV_KINDS.values() if k.renders]
+        return f"env.kind={cfg.kind!r} does not render (kinds that do: {kinds})"
+    if cfg.parallel:
+        return "env.parallel=true runs the copies in worker processes, which draw no frame here; use env.parallel=false"
+    return None
 
 
 def env_kind(name: str) -> EnvKind:

@@ -24,7 +24,8 @@ from torchrl.envs import EnvBase, ParallelEnv
 from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.envs.pettingzoo import wrap_game
-from marl_ppo.envs.workers import SerialEnvKeepingThreads, workers_ignore_stop_signals
+from marl_ppo.envs.serial import SerialEnvKeepingThreads
+from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError, check_installed
 
 __all__ = ["make_mamujoco", "SCENARIOS"]

@@ -55,8 +55,9 @@ from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig, ImageOptions
+from marl_ppo.envs.serial import SerialEnvKeepingThreads
 from marl_ppo.envs.vmas import unknown_name
-from marl_ppo.envs.workers import SerialEnvKeepingThreads, workers_ignore_stop_signals
+from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
 
 __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
@@ -100,10 +101,8 @@ def pettingzoo_tasks() -> list[str]:
 def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:
     """``num_envs`` copies of the PettingZoo env ``cfg`` names, in a ``SerialEnv`` or ``ParallelEnv``.
 
-    With ``lean`` (the default) and ``env.parallel=false``, copies that
-    :class:`~marl_ppo.envs.aec_games.AecGames` or :class:`~marl_ppo.envs.parallel_games.ParallelGames`
-    takes are stepped in one loop (:func:`~marl_ppo.envs.one_loop.in_one_loop`) instead of a
-    ``SerialEnv``: the same data, collected faster (docs/performance.md).
+    With ``lean`` (the default) and ``env.parallel=false``, the copies are stepped in one loop where
+    :func:`~marl_ppo.envs.one_loop.in_one_loop` can: the same data, collected faster (docs/performance.md).
     """
     make = copy_factory(cfg)
     if lean and not cfg.parallel:

@@ -1,5 +1,4 @@
-"""torchrl's batched envs' workers: worker processes leave SIGINT/SIGTERM to the main process, and closing
-a ``SerialEnv`` leaves the run's thread count alone."""
+"""Env worker processes and stop signals: workers leave SIGINT/SIGTERM to the main process."""
 
 from __future__ import annotations
 
@@ -8,10 +7,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-import torch
-from torchrl.envs import SerialEnv
-
-__all__ = ["workers_ignore_stop_signals", "STOP_SIGNALS", "SerialEnvKeepingThreads"]
+__all__ = ["workers_ignore_stop_signals", "STOP_SIGNALS"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -34,29 +30,3 @@ def workers_ignore_stop_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-class SerialEnvKeepingThreads(SerialEnv):
-    """torchrl's ``SerialEnv``, whose ``close`` leaves torch's thread count as it found it.
-
-    torchrl 0.14.1's ``BatchedEnvBase.close`` raises the process's thread count by the number of
-    copies (up to the count torchrl saw at import), for a ``SerialEnv`` too, which never lowered it.
-    The collector closes the env when it reaches ``total_frames``, before the last batch's update,
-    and the evaluation closes its own: a run of ``train.num_threads=1`` made its last update and its
-    final evaluation on every core, and rounded them differently (a CNN's convolutions).
-
-    >>> from marl_ppo.envs import EnvConfig
-    >>> from marl_ppo.envs.pettingzoo import make_pettingzoo
-    >>> torch.set_num_threads(1)
-    >>> cfg = EnvConfig(kind="pettingzoo", scenario="tictactoe_v3", kwargs={})
-    >>> env = make_pettingzoo(cfg, seed=0, num_envs=2, lean=False)
-    >>> env.close(); torch.get_num_threads()
-    1
-    """
-
-    def close(self, *, raise_if_closed: bool = True) -> None:
-        threads = torch.get_num_threads()
-        try:
-            super().close(raise_if_closed=raise_if_closed)
-        finally:
-            torch.set_num_threads(threads)

@@ -30,6 +30,7 @@ from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 
 from marl_ppo.config import Config
 from marl_ppo.envs import EnvFactory, eval_num_envs, make_env
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupKeys
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.run.checkpoints import preserved_rng
@@ -141,7 +142,8 @@ class Evaluator:
     ``train.seed + EVAL_SEED_OFFSET`` before every call, so every evaluation plays the same episodes;
     building and running them leaves the training's random streams as they were. ``env_fn`` builds
     the env instead of ``cfg.env`` (a notebook's factory); ``max_steps`` stands for ``env.max_steps``
-    in the evaluation (the episodes' cap where the env has one, and the rollout's length).
+    in the evaluation (the episodes' cap where the env has one, and the rollout's length). ``video``: the
+    envs are built to draw frames (the env kind's ``render_kwargs``), for a callback that records them.
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class Evaluator:
         episodes: int,
         env_fn: EnvFactory | None = None,
         max_steps: int | None = None,
+        video: bool = False,
     ) -> None:
         if episodes < 1:
             raise ValueError(f"an evaluation needs episodes >= 1, got {episodes}")
@@ -161,6 +164,7 @@ class Evaluator:
         if max_steps is not None:  # the evaluation's episodes (VMAS, MPE) and its rollout are capped at it
             cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, max_steps=max_steps))
         self.cfg, self.policy, self.groups, self.episodes, self.env_fn = cfg, policy, list(groups), episodes, env_fn
+        self.video = video
         self.max_steps = cfg.env.max_steps
         self.seed = cfg.train.seed + EVAL_SEED_OFFSET
         self.env: EnvBase | None = None
@@ -175,7 +179,8 @@ class Evaluator:
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             if self.env is None:
                 n = eval_num_envs(cfg.env, self.episodes)
-                env = make_env(cfg.env, seed=self.seed, num_envs=n, env_fn=self.env_fn)
+                env_cfg = env_kind(cfg.env.kind).for_video(cfg.env) if self.video else cfg.env
+                env = make_env(env_cfg, seed=self.seed, num_envs=n, env_fn=self.env_fn)
                 # on the policy's device, as the collector puts the training env
                 self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
             self.env.set_seed(self.seed)

@@ -55,7 +55,9 @@ class SeedRecord:
         env_fn: EnvFactory | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.ckpt_dir = cfg, run_dir, run_dir / "checkpoints"
-        self.evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn)
+        self.evaluator = Evaluator(
+            cfg, parts.policy, list(parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn, video=cfg.log.video
+        )
         self.matches = Matches(cfg, parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
         self.last_eval_iteration: int | None = None
         self.last_eval: dict[str, float] = {}

@@ -1,7 +1,9 @@
-"""Episode videos of VMAS envs: one deterministic episode rendered to an animated GIF.
+"""Episode videos: one deterministic episode rendered to an animated GIF.
 
-VMAS renders each frame itself (``render(mode="rgb_array")``, headless); Pillow writes the GIF, so no
-video codec is needed. PettingZoo envs are not rendered here.
+The env draws each frame itself, headless: VMAS (``render(mode="rgb_array", env_index=i)``) and the
+PettingZoo copies (each game built with ``render_mode="rgb_array"``, drawn by
+:class:`~marl_ppo.envs.game_copies.GameCopies` or the adapter's ``SerialEnv``). Pillow writes the
+GIF, so no video codec is needed.
 """
 
 from __future__ import annotations

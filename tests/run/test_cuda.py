@@ -123,3 +123,66 @@ def test_four_seeds_in_one_process_on_cuda(tmp_path):
         assert all(_cuda(v) for v in state.values() if torch.is_tensor(v) and v.ndim)
     routers = [load_policy(tmp_path / f"g-seed{s}", device="cpu")[1].router.state_dict() for s in range(4)]
     assert any(not torch.equal(routers[0][k], routers[1][k]) for k in routers[0])
+
+
+IMAGES = [
+    "train.total_frames=400",
+    "train.frames_per_batch=200",
+    "train.minibatch_size=100",
+    "train.num_epochs=2",
+    "model.hidden=[16]",
+    "log.eval_episodes=2",
+    "log.eval_every=1",
+    "log.progress=false",
+    "log.plot=false",
+    "train.device=cuda",
+]
+
+
+def test_uint8_images_train_on_cuda(tmp_path):
+    """Pistonball's frames stay uint8 on the way to the GPU (the CNN scales them there), and the run
+    trains and evaluates with its networks on CUDA."""
+    pytest.importorskip("pymunk")
+    cfg = load_config(
+        "pistonball",
+        [*IMAGES, "env.num_envs=2", "env.max_steps=20", "env.kwargs={n_pistons: 3}", "env.image.size=[32, 8]"],
+    )
+    parts = build(cfg)
+    collector = Collector(
+        parts.env,
+        parts.router.policy,
+        frames_per_batch=cfg.train.frames_per_batch,
+        total_frames=cfg.train.frames_per_batch,
+        device=cfg.train.device,
+        auto_register_policy_transforms=False,
+    )
+    try:
+        batch = next(iter(collector))
+    finally:
+        collector.shutdown()
+    obs = batch.get(("piston", "observation"))
+    assert obs.dtype == torch.uint8 and _cuda(obs) and obs.shape[-3:] == (32, 8, 3)
+    summary = Trainer(cfg, run_dir=tmp_path).fit()
+    assert summary["frames"] == 400 and torch.isfinite(torch.tensor(summary["eval/piston/episode_reward"]))
+
+
+def test_magent2_cnn_against_random_on_cuda(tmp_path):
+    """MAgent2's battle (its copies stepped on the CPU by ParallelGames), red's CNN on CUDA, blue a
+    random army: the run trains and evaluates against random."""
+    pytest.importorskip("magent2")
+    cfg = load_config("battle_vs_random", [*IMAGES, "env.kwargs={map_size: 12}", "env.num_envs=2"])
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    summary = trainer.fit()
+    assert summary["frames"] == 400 and "eval/vs_random/blue/episodes" in summary
+    assert all(_cuda(p) for p in trainer.parts.router.parameters())
+
+
+def test_happo_on_cuda(tmp_path):
+    """HAPPO (each agent its own weights, updated one after another) with the env and networks on CUDA."""
+    cfg = load_config(
+        overrides=[*TINY, "env.device=cuda", "train.device=cuda", "loss.algorithm=happo", "model.share_params=false"]
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    summary = trainer.fit()
+    assert summary["frames"] == 320 and "eval/agents/episode_reward" in summary
+    assert all(_cuda(p) for p in trainer.parts.router.parameters())

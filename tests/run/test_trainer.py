@@ -524,11 +524,32 @@ def test_video_of_each_evaluation_is_an_animated_gif(tmp_path, tiny_config):
         assert gif.n_frames == 6 and gif.size == (700, 700)  # the reset frame and every step but the last
 
 
-def test_video_is_refused_for_pettingzoo():
-    with pytest.raises(
-        ConfigError, match=r"log.video=true: env.kind='pettingzoo' does not render \(kinds that do: \['vmas'\]\)"
-    ):
-        load_config(ROOT / "configs" / "simple_spread.yaml", ["log.video=true"])
+def test_a_pettingzoo_run_records_its_evaluations_as_gifs(tmp_path):
+    """MPE's simple_spread (copies stepped by ParallelGames, built with render_mode=rgb_array for the
+    evaluation): each evaluation's first episode is a GIF of the game's own frames, agents moving."""
+    from PIL import Image, ImageChops
+
+    overrides = [
+        "log.video=true",
+        "log.eval_every=2",
+        "log.eval_episodes=1",
+        "env.num_envs=2",
+        "env.max_steps=6",
+        "train.frames_per_batch=12",
+        "train.total_frames=24",
+        "train.minibatch_size=12",
+        "model.hidden=[16]",
+        "log.progress=false",
+        "log.plot=false",
+    ]
+    Trainer(load_config(ROOT / "configs" / "simple_spread.yaml", overrides), run_dir=tmp_path / "run").fit()
+    videos = sorted((tmp_path / "run" / "videos").glob("*.gif"))
+    assert [v.name for v in videos] == ["eval_iter00002.gif"]
+    with Image.open(videos[0]) as gif:  # (Pillow stores a frame equal to the one before it once)
+        assert gif.n_frames > 1 and gif.size == (700, 700)
+        first = gif.convert("RGB")
+        gif.seek(gif.n_frames - 1)
+        assert ImageChops.difference(first, gif.convert("RGB")).getbbox() is not None  # the agents moved
 
 
 def test_num_threads_sets_torch_threads(tmp_path, tiny_config):

@@ -54,8 +54,12 @@ BAD = [
         ["env.multidiscrete_actions=true", "VMAS option"],
     ),
     (
-        ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "log.video=true"],
-        ["log.video=true", "env.kind='pettingzoo' does not render", "'vmas'"],
+        ["env.kind=mamujoco", "env.scenario=HalfCheetah", "env.kwargs={agent_conf: 2x3}", "log.video=true"],
+        ["log.video=true", "env.kind='mamujoco' does not render", "'vmas'", "'pettingzoo'"],
+    ),
+    (
+        ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.parallel=true", "log.video=true"],
+        ["log.video=true", "env.parallel=true", "worker processes", "env.parallel=false"],
     ),
     (["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.device=cuda:0"], ["env.device", "CPU only"]),
     (["log.wandb.mode=cloud"], ["log.wandb.mode", "'online', 'offline', 'disabled'", "'cloud'"]),

@@ -1,0 +1,85 @@
+"""Videos of PettingZoo games: the evaluation's envs draw the games' own frames, wherever the copies run.
+
+Each game is built with ``render_mode="rgb_array"`` for an evaluation that records (the env kind's
+``render_kwargs``), and ``render(env_index=i)`` draws copy ``i``: in ``ParallelGames`` (MPE),
+``AecGames`` (tic-tac-toe) and the adapter's ``SerialEnv`` (pistonball, whose copies resize their
+frames). Drawing changes nothing the policy sees: the returns are the same with and without video.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marl_ppo.cli import main
+from marl_ppo.config import load_config
+from marl_ppo.envs.aec_games import AecGames
+from marl_ppo.envs.game_copies import render_game
+from marl_ppo.envs.parallel_games import ParallelGames
+from marl_ppo.envs.serial import SerialEnvKeepingThreads
+from marl_ppo.run.build import build
+from marl_ppo.run.evaluation import Evaluator
+from marl_ppo.run.video import FrameRecorder
+
+QUICK = ["model.hidden=[16]", "log.eval_episodes=1", "log.progress=false", "log.plot=false"]
+
+
+def _record(cfg):
+    parts = build(cfg)
+    groups = list(parts.groups)
+    plain = Evaluator(cfg, parts.policy, groups, episodes=1)
+    drawn = Evaluator(cfg, parts.policy, groups, episodes=1, video=True)
+    recorder = FrameRecorder()
+    try:
+        expected, got = plain(), drawn(callback=recorder)
+        stepper = drawn.env.base_env
+    finally:
+        plain.close()
+        drawn.close()
+        parts.env.close()
+    assert got.returns == expected.returns and got.episodes == expected.episodes == 1
+    return recorder.frames, stepper
+
+
+@pytest.mark.parametrize(
+    "config, overrides, stepper",
+    [
+        ("simple_spread", ["env.max_steps=6"], ParallelGames),
+        ("tictactoe", [], AecGames),
+        (
+            "pistonball",
+            ["env.max_steps=5", "env.kwargs={n_pistons: 3}", "env.image.size=[32, 8]", "env.image.frames=1"],
+            SerialEnvKeepingThreads,
+        ),
+    ],
+    ids=["mpe-parallel-games", "tictactoe-aec-games", "pistonball-serial-env"],
+)
+def test_an_evaluation_records_the_games_frames_and_plays_the_same(config, overrides, stepper):
+    if config == "pistonball":
+        pytest.importorskip("pymunk")
+    frames, used = _record(load_config(config, [*QUICK, *overrides]))
+    assert isinstance(used, stepper)
+    assert len(frames) >= 2 and all(f.dtype == np.uint8 and f.ndim == 3 and f.shape[-1] == 3 for f in frames)
+    assert any(not np.array_equal(frames[0], f) for f in frames[1:])  # the game moved on
+
+
+def test_eval_video_writes_a_gif_of_a_pettingzoo_run(tmp_path, capsys):
+    from PIL import Image
+
+    argv = ["train", "tictactoe", "train.frames_per_batch=64", "train.total_frames=64", "train.minibatch_size=32"]
+    assert main([*argv, "env.num_envs=4", "log.eval_every=0", *QUICK, f"log.root={tmp_path}", "log.name=t"]) == 0
+    capsys.readouterr()
+    gif = tmp_path / "game.gif"
+    assert main(["eval", str(tmp_path / "t"), "--episodes", "1", "--video", str(gif)]) == 0
+    assert str(gif) in capsys.readouterr().out
+    with Image.open(gif) as image:
+        assert image.n_frames > 1
+
+
+def test_a_game_built_without_a_render_mode_is_named_in_the_error():
+    from pettingzoo.classic import tictactoe_v3
+
+    game = tictactoe_v3.env()
+    game.reset(seed=0)
+    with pytest.raises(ValueError, match="drew no frame: its render_mode is None, not 'rgb_array'"):
+        render_game(game)
