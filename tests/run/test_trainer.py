@@ -343,6 +343,9 @@ def test_pettingzoo_parallel_workers_collect_the_same_data_as_serial(tmp_path):
             assert isinstance(trainer.parts.env.base_env, ParallelEnv)
         summaries[parallel] = trainer.fit()
         summaries[parallel].pop("run_dir")
+    # the collector line names how the copies were stepped; the numbers must be the same
+    assert "ParallelGames" in summaries[False].pop("collector")
+    assert "ParallelGames" not in summaries[True].pop("collector")
     assert summaries[True] == summaries[False]
 
 
