@@ -41,6 +41,7 @@ from torchrl.data import Bounded, Categorical, Composite, OneHot, Unbounded
 from torchrl.envs import EnvBase, TransformedEnv
 
 from marl_ppo.envs.game_copies import DONE_KEYS, GameCopies, flat_observation, wrapper_of
+from marl_ppo.envs.lean_step import reward_value
 from marl_ppo.envs.transforms import FlatObservation
 
 __all__ = ["AecGames", "aec_games_refusal"]
@@ -148,7 +149,7 @@ class AecGames(GameCopies):
         return self._groups_batch(arrays, {key: np.zeros((len(self.games), 1), bool) for key in DONE_KEYS})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        actions = [tensordict.get((grp.name, "action")).numpy() for grp in self._groups]
+        actions = [tensordict.get((grp.name, "action")).cpu().numpy() for grp in self._groups]
         arrays = [grp.arrays(len(self.games), step=True) for grp in self._groups]
         for i, game in enumerate(self.games):
             k, j = self._seat[game.agent_selection]
@@ -180,7 +181,7 @@ class AecGames(GameCopies):
                 out["mask"][i, j] = agent == acting
                 if step:
                     terminated, truncated = game.terminations[agent], game.truncations[agent]
-                    out["reward"][i, j, 0] = game.rewards[agent]
+                    out["reward"][i, j, 0] = reward_value(game.rewards[agent])
                     out["terminated"][i, j, 0] = terminated
                     out["truncated"][i, j, 0] = truncated
                     out["done"][i, j, 0] = terminated or truncated

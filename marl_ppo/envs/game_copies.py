@@ -31,6 +31,7 @@ from marl_ppo.envs.transforms import FlatObservation
 __all__ = ["GameCopies", "DONE_KEYS", "wrapper_of", "flat_observation", "render_game"]
 
 DONE_KEYS = ("done", "terminated", "truncated")
+_CPU = torch.device("cpu")
 
 
 def wrapper_of(copy: EnvBase) -> EnvBase:
@@ -105,18 +106,23 @@ class GameCopies(EnvBase):
             return list(range(len(self.games)))
         rows = torch.zeros(len(self.games), dtype=torch.bool)
         for flag in flags:
-            rows |= flag.reshape(len(self.games), -1).any(-1)
+            rows |= flag.reshape(len(self.games), -1).any(-1).cpu()  # the games are on the CPU, the flags anywhere
         return rows.nonzero().flatten().tolist()
 
     def _batch(
         self, groups: Sequence[tuple[str, int, dict[str, np.ndarray | torch.Tensor]]], root: dict[str, np.ndarray]
     ) -> TensorDictBase:
-        """Each ``(group, n_agents, arrays)`` and the root flags (``[n, 1]`` each) as one tensordict, without copies."""
+        """Each ``(group, n_agents, arrays)`` and the root flags (``[n, 1]`` each) as one tensordict on ``self.device``.
+
+        On the CPU the tensors share the arrays' memory; after ``env.to("cuda")`` (a collector on
+        CUDA) the batch is moved once here, as ``SerialEnv`` moves its copies' data.
+        """
         n = len(self.games)
         data: dict[str, Any] = {key: torch.from_numpy(flag) for key, flag in root.items()}
         for name, n_agents, out in groups:
             data[name] = TensorDict({k: torch.as_tensor(v) for k, v in out.items()}, batch_size=[n, n_agents])
-        return TensorDict(data, batch_size=[n])
+        batch = TensorDict(data, batch_size=[n])
+        return batch if self.device == _CPU else batch.to(self.device)
 
     def render(self, mode: str = "rgb_array", env_index: int = 0) -> Any:
         """Copy ``env_index``'s frame, drawn by its game (built with ``render_mode="rgb_array"``)."""

@@ -18,7 +18,13 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Categorical, Composite, OneHot
 
-__all__ = ["LeanParallelStep"]
+__all__ = ["LeanParallelStep", "reward_value"]
+
+
+def reward_value(reward) -> float:
+    """One agent's reward as a number: a float, a numpy scalar or a one-element array (as torchrl's
+    ``torch.tensor(reward)`` reads it); anything larger fails with numpy's error."""
+    return reward if isinstance(reward, float) else np.asarray(reward).item()
 
 
 class LeanParallelStep:
@@ -61,7 +67,7 @@ class LeanParallelStep:
                 rows = slice(None) if len(live) == len(agents) else torch.tensor(live)
                 obs = np.stack([np.asarray(observations[a]) for a in names])
                 entries.get("observation")[rows] = torch.as_tensor(obs).to(dtype)
-                entries.get("reward")[rows] = torch.tensor([float(rewards[a]) for a in names]).view(-1, 1)
+                entries.get("reward")[rows] = torch.tensor([reward_value(rewards[a]) for a in names]).view(-1, 1)
                 terminated = torch.tensor([bool(terminations[a]) for a in names]).view(-1, 1)
                 truncated = torch.tensor([bool(truncations[a]) for a in names]).view(-1, 1)
                 entries.get("terminated")[rows] = terminated

@@ -44,6 +44,7 @@ from torchrl.data import Bounded, Categorical, Unbounded
 from torchrl.envs import EnvBase, TransformedEnv
 
 from marl_ppo.envs.game_copies import DONE_KEYS, GameCopies, flat_observation, wrapper_of
+from marl_ppo.envs.lean_step import reward_value
 
 __all__ = ["ParallelGames", "parallel_games_refusal"]
 
@@ -151,14 +152,14 @@ class ParallelGames(GameCopies):
             out["mask"][i] = [a in live for a in agents]
             if all(a in observations for a in agents):
                 out["observation"][i] = np.stack([observations[a] for a in agents]).reshape(out["observation"][i].shape)
-                out["reward"][i, :, 0] = [rewards[a] for a in agents]
+                out["reward"][i, :, 0] = [reward_value(rewards[a]) for a in agents]
                 terminated = np.array([bool(terminations[a]) for a in agents])
                 truncated = np.array([bool(truncations[a]) for a in agents])
             else:  # some agents have left: theirs are the game's flags (True where absent), no observation
                 for j, a in enumerate(agents):
                     if a in observations:
                         out["observation"][i, j] = np.asarray(observations[a]).reshape(grp.per_agent)
-                        out["reward"][i, j, 0] = rewards[a]
+                        out["reward"][i, j, 0] = reward_value(rewards[a])
                     elif a in live:  # torchrl's own check
                         raise ValueError(f"Dead agent {a} not found in step observation but still available in {live}")
                 terminated = np.array([bool(terminations.get(a, True)) for a in agents])

@@ -175,14 +175,8 @@ class Evaluator:
         """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same
         envs; ``deterministic=False`` samples the actions (a payoff matrix's games); ``episodes``: that many
         instead of the evaluator's own (a pool's share of them per snapshot)."""
-        cfg = self.cfg
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
-            if self.env is None:
-                n = eval_num_envs(cfg.env, self.episodes)
-                env_cfg = env_kind(cfg.env.kind).for_video(cfg.env) if self.video else cfg.env
-                env = make_env(env_cfg, seed=self.seed, num_envs=n, env_fn=self.env_fn)
-                # on the policy's device, as the collector puts the training env
-                self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
+            self._build()
             self.env.set_seed(self.seed)
             torch.manual_seed(self.seed)  # a random player's draws: the same at every evaluation
             return evaluate(
@@ -193,6 +187,30 @@ class Evaluator:
                 episodes=self.episodes if episodes is None else episodes,
                 callback=callback,
                 deterministic=deterministic,
+            )
+
+    def _build(self) -> None:
+        if self.env is None:
+            cfg = self.cfg
+            n = eval_num_envs(cfg.env, self.episodes)
+            env_cfg = env_kind(cfg.env.kind).for_video(cfg.env) if self.video else cfg.env
+            env = make_env(env_cfg, seed=self.seed, num_envs=n, env_fn=self.env_fn)
+            # on the policy's device, as the collector puts the training env
+            self.env = prime_env(env, state_spec(self.policy)).to(cfg.train.device)
+
+    def check_video(self) -> None:
+        """Builds the evaluation envs and draws one frame, so that an env that cannot (a game without
+        ``render_mode="rgb_array"``) fails in one line before training, not at the first evaluation."""
+        try:
+            with preserved_rng():
+                self._build()
+                self.env.reset()
+                frame = self.env.render(mode="rgb_array", env_index=0)
+        except (TypeError, ValueError, NotImplementedError, AttributeError) as err:
+            raise ValueError(f"a video was asked for, but the evaluation's env cannot draw frames: {err}") from err
+        if getattr(frame, "ndim", 0) != 3:
+            raise ValueError(
+                f"a video was asked for, but the evaluation's env drew {type(frame).__name__}, not an image"
             )
 
     def close(self) -> None:

@@ -58,6 +58,8 @@ class SeedRecord:
         self.evaluator = Evaluator(
             cfg, parts.policy, list(parts.groups), episodes=cfg.log.eval_episodes, env_fn=env_fn, video=cfg.log.video
         )
+        if cfg.log.video:  # before the run directory exists: an env that cannot draw fails here
+            self.evaluator.check_video()
         self.matches = Matches(cfg, parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
         self.last_eval_iteration: int | None = None
         self.last_eval: dict[str, float] = {}

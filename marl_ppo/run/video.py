@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 
 __all__ = ["FrameRecorder", "save_gif"]
@@ -30,8 +31,17 @@ class FrameRecorder:
     def __init__(self, env_index: int = 0) -> None:
         self.env_index = env_index
         self.frames: list[np.ndarray] = []
+        self.ended = False
 
-    def __call__(self, env: EnvBase, _td=None) -> None:
+    def __call__(self, env: EnvBase, td: TensorDictBase | None = None) -> None:
+        """Draws copy ``env_index`` until its first episode ends (``td``'s ``("next", "done")``): a copy
+        that plays several episodes of an evaluation, as PettingZoo's do, is recorded for one."""
+        if self.ended:
+            return
+        done = td.get(("next", "done"), None) if td is not None else None
+        if done is not None and bool(done.reshape(max(env.batch_size.numel(), 1), -1)[self.env_index].any()):
+            self.ended = True  # the env has already reset this copy: the next frame is a new episode's
+            return
         self.frames.append(env.render(mode="rgb_array", env_index=self.env_index))
 
     def save(self, path: str | Path, *, fps: int = 20) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from torchrl.envs import SerialEnv
@@ -93,6 +94,26 @@ def test_parallel_games_give_serial_envs_data(name, monkeypatch):
         assert any((~m & ~expected["next", "done"]).any() for m in masks)
     if name == "mamujoco-falls":  # a walker that falls ends its episode: copies end apart, so some are reset alone
         assert (done.any(0) & ~done.all(0)).any()
+
+
+def test_rewards_given_as_one_element_arrays_are_read_as_numbers(monkeypatch):
+    # some games reward each agent with a shape-(1,) array: the same rollout as with plain floats
+    cfg = CASES["mpe-discrete"]
+    plain, _ = _rollout(cfg, True, monkeypatch)
+    env = _make(cfg, True)
+    for game in env.games:
+        step = game.step
+
+        def arrays(actions, step=step):
+            obs, rewards, terminations, truncations, infos = step(actions)
+            return obs, {a: np.array([r]) for a, r in rewards.items()}, terminations, truncations, infos
+
+        game.step = arrays
+    torch.manual_seed(0)
+    got = env.rollout(cfg.max_steps * 3 + 4, break_when_any_done=False)
+    env.close()
+    assert torch.equal(got["next", "agent", "reward"], plain["next", "agent", "reward"])
+    assert plain["next", "agent", "reward"].abs().sum() > 0
 
 
 def test_what_the_one_loop_cannot_reproduce_is_left_to_serial_env():

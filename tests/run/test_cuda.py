@@ -186,3 +186,28 @@ def test_happo_on_cuda(tmp_path):
     summary = trainer.fit()
     assert summary["frames"] == 320 and "eval/agents/episode_reward" in summary
     assert all(_cuda(p) for p in trainer.parts.router.parameters())
+
+
+@pytest.mark.parametrize("scenario", ["simple_spread_v3", "tictactoe_v3"])
+def test_one_loop_game_copies_hand_their_batch_to_cuda(scenario):
+    """ParallelGames and AecGames moved to CUDA (as a collector on CUDA moves them): the games step on
+    the CPU, every reset and step batch comes back on the GPU, and reset flags on the GPU are read."""
+    from marl_ppo.envs import EnvConfig
+    from marl_ppo.envs.game_copies import GameCopies
+    from marl_ppo.envs.pettingzoo import make_pettingzoo
+
+    kwargs = {"N": 2} if scenario == "simple_spread_v3" else {}
+    env = make_pettingzoo(EnvConfig(kind="pettingzoo", scenario=scenario, kwargs=kwargs), seed=0, num_envs=2)
+    base = env.base_env if hasattr(env, "base_env") else env
+    assert isinstance(base, GameCopies)
+    env = env.to("cuda")
+    try:
+        td = env.reset()
+        assert _off_cuda(td) == []
+        td = env.rand_step(td)
+        assert _off_cuda(td) == []
+        flags = {key: torch.tensor([[True], [False]], device="cuda") for key in ("_reset",)}
+        again = env.reset(td.exclude("next").update(flags))
+        assert _off_cuda(again) == []
+    finally:
+        env.close()

@@ -63,6 +63,22 @@ def test_an_evaluation_records_the_games_frames_and_plays_the_same(config, overr
     assert any(not np.array_equal(frames[0], f) for f in frames[1:])  # the game moved on
 
 
+def test_a_copy_that_plays_several_episodes_is_recorded_for_its_first():
+    # one copy, three evaluation episodes of 6 steps: the GIF is the first (its reset and 5 steps'
+    # frames; torchrl draws none after an episode's last step), not 17 frames over three episodes
+    cfg = load_config("simple_spread", [*QUICK, "env.max_steps=6", "env.num_envs=1"])
+    parts = build(cfg)
+    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=3, video=True)
+    recorder = FrameRecorder()
+    try:
+        result = evaluator(callback=recorder)
+    finally:
+        evaluator.close()
+        parts.env.close()
+    assert result.episodes == 3 and recorder.ended
+    assert len(recorder.frames) == 6
+
+
 def test_eval_video_writes_a_gif_of_a_pettingzoo_run(tmp_path, capsys):
     from PIL import Image
 
@@ -83,3 +99,14 @@ def test_a_game_built_without_a_render_mode_is_named_in_the_error():
     game.reset(seed=0)
     with pytest.raises(ValueError, match="drew no frame: its render_mode is None, not 'rgb_array'"):
         render_game(game)
+
+
+def test_a_video_of_a_game_that_cannot_draw_fails_before_the_run_directory(tmp_path):
+    from marl_ppo.run.trainer import Trainer
+
+    overrides = [*QUICK, "env.scenario=tests.run.drawless_game", "env.kwargs={N: 2}", "log.video=true"]
+    cfg = load_config("simple_spread", overrides)
+    with pytest.raises(ValueError, match="cannot draw frames.*render_mode"):
+        Trainer(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    Trainer(load_config("simple_spread", [*overrides[:-1]]), run_dir=tmp_path / "plain").close()
