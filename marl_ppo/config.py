@@ -302,6 +302,11 @@ class Config:
                 f"model.critic=global is a centralised critic (MAPPO's); loss.algorithm={self.loss.algorithm!r} "
                 f"has a decentralised one (use loss.algorithm in {centralised} or model.critic=group)"
             )
+        why = model.state_critic_refusal(
+            self.env.state, self.env.kind, self.loss.algorithm, algorithm(self.loss.algorithm)
+        )
+        if why is not None:
+            raise ConfigError(f"model.critic_inputs={model.critic_inputs}: {why}")
         sequential = algorithm(self.loss.algorithm).sequential
         shared = [g for g, s in self.opponents.items() if parse_source("", s).kind in ("self", "pool")]
         if sequential and shared:

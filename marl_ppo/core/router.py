@@ -391,7 +391,7 @@ def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModul
     so its parameters are shared while each group's values land under its own keys.
     """
     in_keys, out_keys = list(spec.observation_keys), [spec.keys.value]
-    if list(critic.in_keys) == in_keys and list(critic.out_keys) == out_keys:
+    if list(critic.out_keys) == out_keys:  # built for this group (on its observations, or the state too)
         return critic
     if len(critic.out_keys) > 1 and out_keys[0] in critic.out_keys:  # one critic writing every group's value
         return critic

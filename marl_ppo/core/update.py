@@ -36,6 +36,8 @@ def update_keys(router: GroupRouter) -> list:
     for g, loss in router.losses.items():
         spec = router.groups[g]
         keys.update(spec.observation_keys)
+        # the critic's entries outside the groups (the env's global state, model.critic_inputs)
+        keys.update(k for k in loss.critic_network.in_keys if isinstance(k, str) or len(k) == 1)
         if spec.action_mask_key is not None:
             keys.add(spec.action_mask_key)
         if spec.keys.mask is not None:

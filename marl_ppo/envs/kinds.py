@@ -13,6 +13,8 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
 * ``renders``: its envs draw frames (``log.video``, ``marl-ppo eval --video``): ``env.render(mode="rgb_array",
   env_index=i)`` gives copy ``i``'s frame; ``render_kwargs`` go into ``env.kwargs`` of the evaluation
   envs that record one (:meth:`EnvKind.for_video`);
+* ``gives_state``: ``env.state=true`` is allowed: its envs put the global state at the root entry
+  ``state`` (MaMuJoCo builds it; a custom env must give it itself);
 * ``own_time_limit``: the env applies ``env.time_limit`` itself (VMAS); otherwise ``make_env``
   folds reported truncations into terminations where ``time_limit=terminate`` asks;
 * ``seeds_in_one_env``: ``train.seeds`` may run every seed's copies in one env of ``S x num_envs``;
@@ -56,6 +58,7 @@ class EnvKind:
     vectorised: bool = True
     renders: bool = False
     render_kwargs: tuple[tuple[str, Any], ...] = ()
+    gives_state: bool = False
     own_time_limit: bool = False
     seeds_in_one_env: bool = True
     bounded: bool | str | Callable[..., bool] = True
@@ -96,9 +99,9 @@ ENV_KINDS: dict[str, EnvKind] = {
         bounded=_mpe_task,  # MPE tasks end at max_cycles; classic games end on their own
         raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
     ),
-    "mamujoco": EnvKind("mamujoco", "marl_ppo.envs.mamujoco:make_mamujoco", vectorised=False),
+    "mamujoco": EnvKind("mamujoco", "marl_ppo.envs.mamujoco:make_mamujoco", vectorised=False, gives_state=True),
     # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
-    "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False),
+    "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False, gives_state=True),
 }
 
 

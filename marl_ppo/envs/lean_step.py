@@ -6,7 +6,8 @@ agent at each step, makes four ``torch.tensor`` calls per agent and deep-copies 
 dict to take action masks out of it. On MAgent2's battle (12 soldiers, an engine in C) that is
 about 30 times the game's own step. For a parallel game whose groups observe plain arrays and have
 neither action masks nor infos, :class:`LeanParallelStep` stacks each group's live agents'
-observations, rewards and flags and writes them in one assignment each; every other game takes
+observations, rewards and flags and writes them in one assignment each (and the game's global
+state, with ``return_state``, as torchrl encodes it); every other game takes
 torchrl's step. ``tests/envs/test_lean_step.py`` checks both give the same tensordicts, agents that
 die included.
 """
@@ -38,7 +39,7 @@ class LeanParallelStep:
         if plan is not False:
             return plan
         plan = None
-        if self.lean and self.parallel and self.use_mask and not self.return_state:
+        if self.lean and self.parallel and self.use_mask:
             spec = self.full_observation_spec
             plan = []
             for group, agents in self.group_map.items():
@@ -84,6 +85,8 @@ class LeanParallelStep:
                 entries.get("done")[i] = terminated or truncated
                 entries.get("terminated")[i] = terminated
                 entries.get("truncated")[i] = truncated
+        if self.return_state:  # torchrl's own encoding of the game's state
+            out.set("state", self.observation_spec["state"].encode(self.state()))
         done, terminated, truncated = self._aggregate_done(out, use_any=self.done_on_any)
         out.set("done", done)
         out.set("terminated", terminated)

@@ -4,6 +4,8 @@
 how its joints are split among agents (``2x3``: two agents of three joints), ``env.kwargs.agent_obsk``
 how far along the body an agent sees (1 by default), and any other keyword of ``mamujoco_v1.parallel_env``.
 Episodes are truncated at ``env.max_steps`` (MuJoCo's own 1 000 by default in the shipped configs).
+``env.state=true`` adds the scenario's global state (``state()``: every joint's position and velocity,
+float32) as the root entry ``state``, for a critic that reads it (``model.critic_inputs``).
 The agents are named ``agent_<i>``, so torchrl groups them as one group ``agent``; with
 ``model.share_params=false`` each has its own weights, and HAPPO updates them one after another.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import numpy as np
 from torchrl.envs import EnvBase, ParallelEnv
 
 from marl_ppo.envs.one_loop import in_one_loop
@@ -50,6 +53,9 @@ def _without_infos(game: Any) -> Any:
     from pettingzoo.utils.wrappers import BaseParallelWrapper
 
     class _NoInfos(BaseParallelWrapper):
+        def state(self) -> np.ndarray:  # float64 from MuJoCo; float32 as the observations and the critic
+            return self.env.state().astype(np.float32)
+
         def reset(self, seed=None, options=None):
             observations, _ = self.env.reset(seed=seed, options=options)
             return observations, {a: {} for a in observations}
@@ -79,7 +85,7 @@ def _game(cfg: EnvConfig) -> Any:
 
 
 def _copy(cfg: EnvConfig, seed: int) -> EnvBase:
-    return wrap_game(_without_infos(_game(cfg)), None, seed, done_on_any=False)
+    return wrap_game(_without_infos(_game(cfg)), None, seed, done_on_any=False, return_state=cfg.state)
 
 
 def make_mamujoco(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:

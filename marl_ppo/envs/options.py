@@ -91,6 +91,9 @@ class EnvConfig:
         device: where VMAS simulates (``cpu`` or ``cuda``); PettingZoo always steps on CPU.
         image: PettingZoo only: image observations kept, resized, grayed, stacked
             (:class:`ImageOptions`).
+        state: the env's global state as the root entry ``state`` of every step (MaMuJoCo: the
+            robot's full position and velocity; a custom env gives its own), for a critic that reads
+            it (``model.critic_inputs``); the policies never see it.
         kwargs: scenario (or factory) keyword arguments (e.g. ``n_agents: 3``). They belong to the
             scenario: a file or override that changes ``env.kind``, ``env.scenario`` or
             ``env.factory`` without giving ``env.kwargs`` starts from none (the env's own defaults).
@@ -108,6 +111,7 @@ class EnvConfig:
     comm: bool = False
     device: str = "cpu"
     image: ImageOptions = field(default_factory=ImageOptions)
+    state: bool = False
     kwargs: dict[str, Any] = field(default_factory=lambda: {"n_agents": 3})
 
     @property
@@ -138,6 +142,9 @@ class EnvConfig:
             raise ConfigError(
                 f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom"
             )
+        if self.state and not env_kind(self.kind).gives_state:
+            kinds = [k.name for k in ENV_KINDS.values() if k.gives_state]
+            raise ConfigError(f"env.state=true: env.kind={self.kind!r} gives no global state (kinds that do: {kinds})")
         if self.kind != "pettingzoo" and self.image != ImageOptions():
             raise ConfigError(
                 f"env.image is read by env.kind=pettingzoo (its image observations); env.kind is {self.kind!r}"

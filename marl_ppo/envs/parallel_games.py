@@ -15,12 +15,13 @@ It reproduces, value for value, what ``SerialEnv`` of the adapter's wrapped copi
 own step: each live agent's observation (the wrapper's dtype; flattened to ``float32`` where the copy's
 ``FlatObservation`` flattens it, an image kept), reward, terminated, truncated and done, a departed
 agent's flags from the game's dicts (``True`` where absent), ``(group, "mask")`` ``True`` for the
-agents still in the game, the action of every agent handed over (departed ones too), and the root
-flags by the wrapper's ``done_on_any`` (any agent's, or every agent's).
+agents still in the game, the action of every agent handed over (departed ones too), the root
+flags by the wrapper's ``done_on_any`` (any agent's, or every agent's), and the game's global state
+at the root ``state`` where the wrapper returns it (MaMuJoCo's ``env.state=true``).
 ``tests/envs/test_parallel_games.py`` compares whole rollouts with the torchrl path over many episode
 ends, agents that leave included. What it cannot reproduce, it declines
 (:func:`parallel_games_refusal` says why, and the adapter keeps ``SerialEnv``): a turn-based game, a
-game with action masks, infos or a state, an observation with several entries or a discrete one, and
+game with action masks or infos, an observation with several entries or a discrete one, and
 transforms other than ``FlatObservation`` (the image options' resize, grayscale and frame stack).
 
 >>> from marl_ppo.envs import EnvConfig
@@ -62,7 +63,7 @@ def parallel_games_refusal(copy: EnvBase) -> str | None:
         if discrete:
             return f"discrete observations (groups {discrete})"
     if wrapper.lean_plan() is None:  # the lean step's own conditions: the data is plain arrays
-        return "no lean step for this game (action masks, infos, a state, nested observations, or lean off)"
+        return "no lean step for this game (action masks, infos, nested observations, or lean off)"
     for group in wrapper.group_map:
         spec = wrapper.full_action_spec[group, "action"]
         if not isinstance(spec, (Categorical, Bounded, Unbounded)):
@@ -111,11 +112,26 @@ class ParallelGames(GameCopies):
         flattened = set(flat.groups) if flat is not None else set()
         self._layouts = [_Layout(g, agents, wrapper, g in flattened) for g, agents in self.group_map.items()]
         self._any = bool(wrapper.done_on_any)  # the root flags: any agent's, or every agent's
+        state = self.full_observation_spec.get("state", None)  # the wrapper's return_state
+        self._state = (
+            None if state is None else (tuple(state.shape[1:]), torch.empty(0, dtype=state.dtype).numpy().dtype)
+        )
+
+    def _states(self, rows) -> dict[str, np.ndarray]:
+        """The root ``state`` of the copies in ``rows`` (zero elsewhere), as the wrapper encodes it; ``{}`` without."""
+        if self._state is None:
+            return {}
+        shape, dtype = self._state
+        out = np.zeros((len(self.games), *shape), dtype)
+        for i in rows:
+            out[i] = np.asarray(self.games[i].state()).reshape(shape)
+        return {"state": out}
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         n = len(self.games)
         arrays = [grp.arrays(n, step=False) for grp in self._layouts]
-        for i in self._rows_to_reset(tensordict):
+        rows = self._rows_to_reset(tensordict)
+        for i in rows:
             game = self.games[i]
             observations, _ = game.reset(**kwargs)
             live = set(game.agents)
@@ -125,7 +141,8 @@ class ParallelGames(GameCopies):
                 )
                 out["mask"][i] = [a in live for a in grp.agents]
         # rows not reset stay zero: EnvBase.reset keeps the input's values there (_update_during_reset)
-        return self._out(arrays, {key: np.zeros((n, 1), bool) for key in DONE_KEYS})
+        root = {key: np.zeros((n, 1), bool) for key in DONE_KEYS}
+        return self._out(arrays, {**root, **self._states(rows)})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         n = len(self.games)
@@ -142,7 +159,8 @@ class ParallelGames(GameCopies):
             self._write(i, game, step, arrays)
         flags = {key: np.concatenate([out[key].reshape(n, -1) for out in arrays], axis=1) for key in DONE_KEYS}
         reduce = np.any if self._any else np.all
-        return self._out(arrays, {key: reduce(flag, axis=1, keepdims=True) for key, flag in flags.items()})
+        root = {key: reduce(flag, axis=1, keepdims=True) for key, flag in flags.items()}
+        return self._out(arrays, {**root, **self._states(range(n))})
 
     def _write(self, i: int, game: Any, step: tuple, arrays: list[dict[str, np.ndarray]]) -> None:
         observations, rewards, terminations, truncations, _ = step

@@ -113,6 +113,8 @@ class GroupSpec:
         action_mask_key: legal-action mask the policy must respect, if the env gives one.
         observation_shape: per-step shape of the first observation entry, ``[n_agents, obs_dim]``.
         observation_spec: the observation entries' per-step specs (see :attr:`inputs`).
+        state_spec: the env's global state (its root entry ``state``), per step, if it gives one:
+            what a critic of ``model.critic_inputs=state`` reads; the policies never do.
         keys: the namespaced keys the group's loss reads and writes.
     """
 
@@ -127,6 +129,7 @@ class GroupSpec:
     action_mask_key: NestedKey | None = None
     observation_shape: tuple[int, ...] | None = None
     observation_spec: Composite | None = field(default=None, compare=False, repr=False)
+    state_spec: TensorSpec | None = field(default=None, compare=False, repr=False)
     keys: GroupKeys = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -222,6 +225,7 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
     done_spec = env.full_done_spec
     batch_ndim = len(env.batch_size)
     specs: dict[str, GroupSpec] = {}
+    state = obs_spec["state"] if "state" in obs_spec.keys() and "state" not in groups else None
     for group, agents in groups.items():
         if group not in obs_spec.keys():
             raise GroupSpecError(
@@ -260,6 +264,7 @@ def read_group_specs(env: EnvBase) -> dict[str, GroupSpec]:
             action_mask_key=mask_key,
             observation_shape=tuple(obs_spec[obs_keys[0]].shape[batch_ndim:]),
             observation_spec=inputs_spec({k: _step_spec(obs_spec[k], batch_ndim) for k in obs_keys}, len(agents)),
+            state_spec=None if state is None else _step_spec(state, batch_ndim),
             keys=GroupKeys.for_group(group, mask=(group, "mask") if "mask" in group_obs.keys() else None),
         )
     return specs

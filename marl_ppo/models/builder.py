@@ -12,6 +12,7 @@ from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
 from marl_ppo.models.modules import Networks
 from marl_ppo.models.options import ModelConfig
+from marl_ppo.models.state_critic import build_state_critic
 
 __all__ = ["build_models"]
 
@@ -52,7 +53,18 @@ def build_models(
             options=m.options_by_kind(m.kind),
             networks=networks,
         )
-        if model.critic == "group":
+        if model.critic == "group" and m.critic_inputs != "observation":  # the env's global state
+            critics[g] = build_state_critic(
+                spec,
+                m.critic_inputs,
+                share_params=m.share_params,
+                hidden=m.hidden,
+                activation=m.activation,
+                device=device,
+                value_norm=value_norm,
+                popart_beta=popart_beta,
+            )
+        elif model.critic == "group":
             critics[g] = build_critic(
                 spec,
                 centralized=centralized,
@@ -91,6 +103,8 @@ def _check_shared(groups: Mapping[str, GroupSpec], model: ModelConfig, value_nor
     kind = model.for_group(source).kind
     if why is None and (model.recurrent or kind != "mlp" or len(groups[g].observation_keys) > 1):
         why = "only an MLP on one observation entry is shared between seats yet (model.kind=mlp, no recurrent critic)"
+    if why is None and model.critic_inputs != "observation":
+        why = f"model.critic_inputs={model.critic_inputs}: each group has its own state critic"
     if why is None and model.critic != "group":
         why = "model.critic=global already serves every group"
     if why is None and value_norm != "none":

@@ -40,6 +40,11 @@ class ModelConfig:
         critic: ``group`` (each group's critic sees its own group: MAPPO's centralised or IPPO's
             per-agent critic) or ``global`` (one critic, shared by the groups, sees the
             observations of every group: torchrl's ``CrossGroupCritic``; MAPPO only).
+        critic_inputs: what a group critic reads: ``observation`` (the group's observations: all of
+            them for MAPPO's centralised critic, each agent's own for IPPO), ``state`` (the env's global
+            state, ``env.state=true``: each agent's value from the state, HARL's ``EP``) or
+            ``state_and_observation`` (the state and the agent's own observation: HARL's ``FP``). The
+            policies read their observations either way. A state critic is an MLP.
         critic_kind: the critics' kind if it differs from ``kind`` (e.g. a GRU policy with an MLP
             critic); a ``global`` critic is an MLP.
         options: each model kind's own options, ``{kind: {option: value}}``, over the defaults of its
@@ -56,6 +61,7 @@ class ModelConfig:
     rnn_hidden: int = 128
     seq_len: int = 10
     critic: str = "group"
+    critic_inputs: str = "observation"
     critic_kind: Optional[Any] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -66,6 +72,12 @@ class ModelConfig:
         _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
         _check_kind_options("model.options", self.options)
         choice("model.critic", self.critic, ("group", "global"))
+        choice("model.critic_inputs", self.critic_inputs, ("observation", "state", "state_and_observation"))
+        if self.critic_inputs != "observation" and self.critic == "global":
+            raise ConfigError(
+                f"model.critic_inputs={self.critic_inputs} is read by a group critic; model.critic=global reads "
+                "every group's observations (use model.critic=group)"
+            )
         at_least("model.seq_len", self.seq_len, 1)
         if self.critic == "global" and self.critic_kind not in (None, "mlp", ["mlp"]):
             raise ConfigError(
@@ -114,6 +126,26 @@ class ModelConfig:
         if "rnn_hidden" in options:
             options["rnn_hidden"] = self.rnn_hidden
         return {**options, **self.options.get(kind, {})}
+
+    def state_critic_refusal(self, env_state: bool, env_kind: str, name: str, entry: Any) -> str | None:
+        """Why the critics cannot read the env's global state (``critic_inputs``), or ``None``: the env
+        must give it (``env_state``), the algorithm (``name``, its table ``entry``) have a centralised
+        critic, and every group critic be an MLP."""
+        if self.critic_inputs == "observation":
+            return None
+        if not env_state:
+            return f"reads the env's global state: set env.state=true (env.kind={env_kind!r})"
+        if not entry.centralised:
+            return (
+                f"loss.algorithm={name!r} has a decentralised critic (each agent's own observation); use mappo or happo"
+            )
+        kinds = [self.for_group(g).group_critic_kind for g in ["", *self.groups]]
+        other = [k for k in kinds if k not in ("mlp", ["mlp"])]
+        return (
+            f"the state critic is an MLP, but a group critic is {other[0]!r}; set model.critic_kind=mlp"
+            if other
+            else None
+        )
 
     @property
     def group_critic_kind(self) -> str:

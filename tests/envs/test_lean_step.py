@@ -4,7 +4,8 @@
 ``lean = False`` the same wrapper takes torchrl's own per-agent step. On the same seed and the same
 actions, both rollouts must be equal in every entry: Knights-Archers-Zombies with agents that die
 at the walls (masks, a dead agent's flags), MAgent2's battle (float views kept as images, every
-agent alive), an MPE task (vectors), and a turn-based game keeps torchrl's step.
+agent alive), an MPE task (vectors), MaMuJoCo's Walker2d with its global state, and a turn-based
+game keeps torchrl's step.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import pytest
 import torch
 
 from marl_ppo.envs.lean_step import LeanParallelStep
+from marl_ppo.envs.mamujoco import make_mamujoco
 from marl_ppo.envs.options import EnvConfig, ImageOptions
 from marl_ppo.envs.pettingzoo import copy_factory, make_pettingzoo
 
 pytest.importorskip("pymunk")
 pytest.importorskip("magent2")
+pytest.importorskip("gymnasium_robotics")
 
 CASES = {
     "kaz-agents-die": EnvConfig(
@@ -38,12 +41,18 @@ CASES = {
         image=ImageOptions(observation="image"),
     ),
     "mpe": EnvConfig(kind="pettingzoo", scenario="simple_spread_v3", num_envs=2, max_steps=30, kwargs={"N": 2}),
+    "mamujoco-state": EnvConfig(
+        kind="mamujoco", scenario="Walker2d", num_envs=2, max_steps=30, state=True, kwargs={"agent_conf": "2x3"}
+    ),
 }
 
 
 def _rollout(cfg: EnvConfig, lean: bool, monkeypatch) -> torch.Tensor:
     monkeypatch.setattr(LeanParallelStep, "lean", lean)
-    env = make_pettingzoo(cfg, seed=3, num_envs=cfg.num_envs)
+    if cfg.kind == "mamujoco":  # the lean step in each copy of a SerialEnv, with the global state
+        env = make_mamujoco(cfg, seed=3, num_envs=cfg.num_envs, lean=False)
+    else:
+        env = make_pettingzoo(cfg, seed=3, num_envs=cfg.num_envs)
     torch.manual_seed(0)  # the random actions
     td = env.rollout(cfg.max_steps * 2, break_when_any_done=False)
     env.close()
@@ -58,6 +67,8 @@ def test_lean_step_equals_torchrls_step(name, monkeypatch):
     for key in plain.keys(True, True):
         assert lean[key].dtype == plain[key].dtype, key
         assert torch.equal(lean[key], plain[key]), key
+    if name == "mamujoco-state":
+        assert plain["next", "state"].shape[-1] == 17 and plain["next", "state"].std() > 0
     if name == "kaz-agents-die":  # the case that matters: agents left mid-episode
         masks = [plain["next", g, "mask"] for g in ("archer", "knight")]
         assert any((~m & ~plain["next", "done"]).any() for m in masks)

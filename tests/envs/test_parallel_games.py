@@ -55,7 +55,11 @@ CASES = {
         kind="pettingzoo", scenario="simple_tag_v3", max_steps=12, continuous_actions=True, kwargs={}
     ),
     "mamujoco-falls": EnvConfig(
-        kind="mamujoco", scenario="Walker2d", max_steps=60, kwargs={"agent_conf": "2x3", "agent_obsk": 1}
+        kind="mamujoco",
+        scenario="Walker2d",
+        max_steps=60,
+        state=True,
+        kwargs={"agent_conf": "2x3", "agent_obsk": 1},
     ),
 }
 
