@@ -10,6 +10,7 @@ sd over seeds.
 
     .venv/bin/python examples/benchmarks/battle.py --seeds 0,1,2 --frames 200000 --jobs 2
     .venv/bin/python examples/benchmarks/battle.py --quick            # smoke: a minute
+    .venv/bin/python examples/benchmarks/battle.py --self-play ...    # red and blue one CNN, trained by both
 """
 
 from __future__ import annotations
@@ -67,9 +68,12 @@ def _play(run_dir: Path, seed: int, episodes: int, trained: bool) -> dict[str, f
     torch.manual_seed(seed)
     copies, army = cfg.env.num_envs, parts.groups["red"].n_agents
     steps = cfg.env.max_steps * (episodes // copies + 2)
+    policy = parts.policy if trained else None  # red's policy and the run's random blue
+    if trained and cfg.opponents.get("blue") == "self":  # blue played red's policy in training: random here
+        policy = _against_random(parts.router.losses["red"].actor_network, env.full_action_spec["blue", "action"])
     with set_exploration_type(ExplorationType.DETERMINISTIC):
-        # trained: red's policy and the run's random blue; else both armies random (the env's own actions)
-        td = env.rollout(steps, parts.policy if trained else None, break_when_any_done=False)
+        # not trained: both armies random (the env's own actions)
+        td = env.rollout(steps, policy, break_when_any_done=False)
     env.close()
     kills = {g: (td["next", g, "reward"].squeeze(-1) >= KILL).sum(-1) for g in ("red", "blue")}  # [copies, T]
     done = td["next", "done"].reshape(copies, -1)
@@ -89,6 +93,17 @@ def _play(run_dir: Path, seed: int, episodes: int, trained: bool) -> dict[str, f
     }
 
 
+def _against_random(red, blue_spec):
+    """Red's trained policy, and a blue army of uniformly random actions (as ``opponents.blue: random``)."""
+
+    def act(td):
+        td = red(td)
+        td.set(("blue", "action"), blue_spec.rand())
+        return td
+
+    return act
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -97,12 +112,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--self-play", action="store_true", help="train both armies as one CNN (opponents.blue=self); play red v random"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    extra = []
+    extra = ["opponents.blue=self"] if args.self_play else []
     if args.quick:
         seeds, args.frames, args.episodes = seeds[:1], 800, 8
-        extra = ["env.num_envs=2", "train.frames_per_batch=400", "train.minibatch_size=200", "train.num_epochs=1"]
+        extra += ["env.num_envs=2", "train.frames_per_batch=400", "train.minibatch_size=200", "train.num_epochs=1"]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
         walls = _train(seeds, args.frames, args.jobs, root, extra)
@@ -114,7 +132,8 @@ def main() -> None:
                 "wall_s": round(walls[s]),
             }
             print(json.dumps({"seed": s, **results[s]}), flush=True)
-    print(f"\nbattle_vs_random, {args.frames} frames, {len(seeds)} seeds, {args.episodes} episodes each, red v random")
+    how = "self-play (opponents.blue=self)" if args.self_play else "battle_vs_random"
+    print(f"\n{how}, {args.frames} frames, {len(seeds)} seeds, {args.episodes} episodes each, red v random")
     print("| red | kill share | loss share | win rate |\n|---|---|---|---|")
     for who in ("random", "trained"):
         cells = []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import MultiAgentMLP
 
 from marl_ppo.models.mlp import SharedAgentMLP
 
-__all__ = ["TensorOutModule", "Networks"]
+__all__ = ["TensorOutModule", "Networks", "share_networks"]
 
 
 class TensorOutModule(TensorDictModule):
@@ -64,3 +64,50 @@ class Networks:
         entry = self._nets.get(id(module))
         net = entry[1] if entry is not None and entry[0] is module else None
         return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None
+
+
+def share_networks(module: nn.Module, source: nn.Module) -> nn.Module:
+    """``module`` running ``source``'s networks: a group's actor or critic, built on its own keys, that
+    trains and plays with the parameters of another group's module of the same architecture (self-play).
+
+    Tensordict modules carry the keys and are kept; every plain torch network under them that holds
+    parameters or buffers (an MLP, a conv stack, a GRU cell, a graph layer) is replaced by the one at
+    the same place in ``source``. Written here because torch has no "share these submodules" call
+    (``tie_weights`` ties one tensor at a time); works for any model kind or chain, recurrent or not.
+    Returns ``module``; a ValueError when the two differ in structure, or when a parameter or buffer
+    is left unshared.
+
+    >>> a = TensorOutModule(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), in_keys=[("x", "o")], out_keys=[("x", "a")])
+    >>> b = TensorOutModule(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), in_keys=[("y", "o")], out_keys=[("y", "a")])
+    >>> share_networks(b, a).module is a.module, b.in_keys
+    (True, [('y', 'o')])
+    """
+    _share(module, source, type(module).__name__)
+    mine, theirs = _tensor_ids(module), _tensor_ids(source)
+    if mine != theirs:
+        raise ValueError(
+            f"{type(module).__name__} could not share all of {type(source).__name__}'s parameters and buffers "
+            f"({len(mine - theirs)} of its own left)"
+        )
+    return module
+
+
+def _share(module: nn.Module, source: nn.Module, where: str) -> None:
+    if type(module) is not type(source) or list(module._modules) != list(source._modules):
+        raise ValueError(f"{where}: {type(module).__name__} and {type(source).__name__} differ in structure")
+    for name, child in module._modules.items():
+        theirs = source._modules[name]
+        if child is None or theirs is None or child is theirs:
+            continue
+        if not any(isinstance(m, TensorDictModuleBase) for m in child.modules()):  # a plain network: no keys
+            mine = {k: v.shape for k, v in child.state_dict().items()}
+            if mine != {k: v.shape for k, v in theirs.state_dict().items()} or type(child) is not type(theirs):
+                raise ValueError(f"{where}.{name}: {type(child).__name__} differs from the source's")
+            if mine or _tensor_ids(child):
+                module._modules[name] = theirs
+            continue
+        _share(child, theirs, f"{where}.{name}")
+
+
+def _tensor_ids(module: nn.Module) -> set[int]:
+    return {id(t) for t in (*module.parameters(), *module.buffers())}

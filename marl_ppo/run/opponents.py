@@ -58,7 +58,14 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     """The pool seat's player: its live actor (the shared networks), a snapshot (the first one taken) or
     one of ``pool.fixed``, built by ``make_fixed(key, source, spec)`` (:func:`make_player`, bound)."""
     live = router.losses[spec.name].actor_network
-    snapshots = SnapshotNet(router.networks.of(live))
+    net = router.networks.of(live)
+    if net is None:  # SnapshotNet stacks one agent MLP's parameters; a trunk's modules are not stacked yet
+        kind = cfg.model.for_group(spec.name).kind
+        raise ConfigError(
+            f"opponents.{spec.name}: a pool snapshots MLP policies only (model.kind=mlp), not model.kind={kind}; "
+            f"play it with 'self' (the latest policy in both seats) or a frozen 'checkpoint:RUN_DIR'"
+        )
+    snapshots = SnapshotNet(net)
     frozen = build_actor(spec, net=snapshots)
     pool = cfg.pool
     seat = dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=env_mask))  # the env's own keys

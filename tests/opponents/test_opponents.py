@@ -85,30 +85,57 @@ def _scramble(value):
     return value * 7 - 3
 
 
-def test_self_play_is_one_set_of_parameters_trained_by_both_seats():
-    """Known answer on a fixed batch: the shared network's gradient is the sum of the gradients that two
-    separate copies of it get from each seat's own loss."""
-    shared = build(ttt("opponents.player_2=self"))
+BATTLE = [
+    "env.kind=pettingzoo",
+    "env.scenario=magent2.environments.battle_v4",
+    "env.continuous_actions=false",
+    "env.num_envs=2",
+    "env.max_steps=8",
+    "env.kwargs={map_size: 12}",
+    "env.image.observation=image",
+    "model.kind=cnn",
+    "model.hidden=[16]",
+    "model.options={cnn: {channels: [4], kernels: [3], strides: [2], paddings: [0]}}",
+]
+# (config, overrides, the seat that plays with the other's networks, that other): every model kind
+# shares through the same tie (models/modules.py:share_networks), recurrent states on each seat's keys
+SHARED_KINDS = {
+    "mlp": ("tictactoe_two_groups", TTT, "player_2", "player_1"),
+    "gru": ("tictactoe_two_groups", [*TTT, "model.kind=gru", "model.rnn_hidden=8"], "player_2", "player_1"),
+    "cnn": (None, BATTLE, "blue", "red"),
+    "cnn-gru": (None, [*BATTLE, "model.kind=[cnn, gru]", "model.rnn_hidden=8"], "blue", "red"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHARED_KINDS))
+def test_self_play_is_one_set_of_parameters_trained_by_both_seats(kind):
+    """Known answer on a fixed batch: the shared networks' gradient is the sum of the gradients that two
+    separate copies of them get from each seat's own loss."""
+    config, overrides, seat, source = SHARED_KINDS[kind]
+    if config is None:
+        pytest.importorskip("magent2")
+    shared = build(load_config(config, overrides=[*overrides, f"opponents.{seat}=self"]))
     router = shared.router
-    net = lambda g: router.losses[g].actor_network  # noqa: E731
-    p1, p2 = (list(net(g).parameters()) for g in ("player_1", "player_2"))
-    assert [id(p) for p in p1] == [id(p) for p in p2]
-    assert len(unique_parameters(router)) == len(unique_parameters(router.losses["player_1"]))
+    for part in ("actor_network", "critic_network"):
+        mine, theirs = (list(getattr(router.losses[g], part).parameters()) for g in (seat, source))
+        assert mine and [id(p) for p in mine] == [id(p) for p in theirs], part
+    assert len(unique_parameters(router)) == len(unique_parameters(router.losses[source]))
     batch = _rollout(shared, steps=16)
-    assert batch["player_1", "mask"].any() and batch["player_2", "mask"].any()
+    assert batch[source, "mask"].any() and batch[seat, "mask"].any()
     router.compute_advantages(batch)
     total_loss(router(batch)).backward()
     grads = [p.grad.clone() for p in unique_parameters(router)]
 
-    separate = build(ttt())  # two groups, two networks, each a copy of the shared one
-    for g in ("player_1", "player_2"):
-        separate.router.losses[g].load_state_dict(router.losses["player_1"].state_dict())
+    separate = build(load_config(config, overrides=overrides))
+    assert list(separate.router.groups) == list(router.groups)  # two groups, two networks, each a copy
+    for g in (seat, source):
+        separate.router.losses[g].load_state_dict(router.losses[source].state_dict())
     separate.router.compute_advantages(batch)  # the same values: the same critic weights
     total_loss(separate.router(batch)).backward()
     summed = [
         a.grad + b.grad
         for a, b in zip(
-            unique_parameters(separate.router.losses["player_1"]), unique_parameters(separate.router.losses["player_2"])
+            unique_parameters(separate.router.losses[source]), unique_parameters(separate.router.losses[seat])
         )
     ]
     assert len(summed) == len(grads)
@@ -206,6 +233,29 @@ def test_a_checkpoint_of_other_specs_is_refused_before_a_run_directory_exists(tm
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (
+            ["model.kind=gru", "opponents.player_2=pool:player_1"],
+            "opponents.player_2: a pool snapshots MLP policies only (model.kind=mlp), not model.kind=gru",
+        ),
+        (
+            ["model.groups={player_2: {hidden: [8]}}", "opponents.player_2=self"],
+            "model.groups.player_2 gives it a model of its own; set the model of 'player_1' instead",
+        ),
+        (["loss.value_norm=running", "opponents.player_2=self"], "keeps statistics per group, not per shared critic"),
+    ],
+)
+def test_a_seat_that_cannot_share_is_refused_before_a_run_directory_exists(tmp_path, capsys, overrides, expected):
+    from marl_ppo.cli import main
+
+    assert main(["train", "tictactoe_two_groups", *TTT, *overrides, f"log.root={tmp_path / 'runs'}"]) == 1
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_eval_against_an_opponent_reports_each_seat(tmp_path, capsys):
     import json
 
@@ -231,11 +281,14 @@ def test_eval_against_an_opponent_reports_each_seat(tmp_path, capsys):
     assert code == 1 and "--seat 'player_9'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("source", ["random", "self", "tests.opponents.players:first_legal"])
-def test_a_run_with_an_opponent_resumes_exactly(tmp_path, monkeypatch, source):
+@pytest.mark.parametrize(
+    "source, model",
+    [("random", "mlp"), ("self", "mlp"), ("self", "gru"), ("tests.opponents.players:first_legal", "mlp")],
+)
+def test_a_run_with_an_opponent_resumes_exactly(tmp_path, monkeypatch, source, model):
     from tests.run.test_recovery import assert_straight_equals_crash_then_resume
 
-    cfg = ttt("train.total_frames=200", "log.checkpoint_every=2", f"opponents.player_2={source}")
+    cfg = ttt("train.total_frames=200", "log.checkpoint_every=2", f"opponents.player_2={source}", f"model.kind={model}")
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 3, 40)
 
 
