@@ -66,47 +66,54 @@ class Networks:
         return net if isinstance(net, (SharedAgentMLP, MultiAgentMLP)) else None
 
 
+def plain_networks(module: nn.Module) -> dict[str, nn.Module]:
+    """The plain torch networks under ``module``, by path: the outermost modules that hold parameters or
+    buffers and no tensordict module (an MLP, a conv stack, a GRU cell, a graph layer). The tensordict
+    modules above them carry the keys.
+
+    >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    >>> list(plain_networks(TensorOutModule(net, in_keys=["o"], out_keys=["a"])))
+    ['module']
+    """
+    found: dict[str, nn.Module] = {}
+    for name, child in module.named_children():
+        if not any(isinstance(m, TensorDictModuleBase) for m in child.modules()):
+            if child.state_dict():
+                found[name] = child
+        else:
+            found.update({f"{name}.{path}": net for path, net in plain_networks(child).items()})
+    return found
+
+
 def share_networks(module: nn.Module, source: nn.Module) -> nn.Module:
     """``module`` running ``source``'s networks: a group's actor or critic, built on its own keys, that
     trains and plays with the parameters of another group's module of the same architecture (self-play).
 
-    Tensordict modules carry the keys and are kept; every plain torch network under them that holds
-    parameters or buffers (an MLP, a conv stack, a GRU cell, a graph layer) is replaced by the one at
-    the same place in ``source``. Written here because torch has no "share these submodules" call
-    (``tie_weights`` ties one tensor at a time); works for any model kind or chain, recurrent or not.
-    Returns ``module``; a ValueError when the two differ in structure, or when a parameter or buffer
-    is left unshared.
+    Every :func:`plain_networks` entry of ``module`` is replaced by ``source``'s at the same path; the
+    tensordict modules, which carry the keys, are kept. Written here because torch has no "share these
+    submodules" call (``tie_weights`` ties one tensor at a time); works for any model kind or chain,
+    recurrent or not. Returns ``module``; a ValueError when the two differ in structure, or when a
+    parameter or buffer is left unshared.
 
     >>> a = TensorOutModule(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), in_keys=[("x", "o")], out_keys=[("x", "a")])
     >>> b = TensorOutModule(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), in_keys=[("y", "o")], out_keys=[("y", "a")])
     >>> share_networks(b, a).module is a.module, b.in_keys
     (True, [('y', 'o')])
     """
-    _share(module, source, type(module).__name__)
-    mine, theirs = _tensor_ids(module), _tensor_ids(source)
-    if mine != theirs:
+    mine, theirs = plain_networks(module), plain_networks(source)
+    for path, net in mine.items():
+        other = theirs.get(path)
+        shapes = {k: v.shape for k, v in net.state_dict().items()}
+        if type(other) is not type(net) or shapes != {k: v.shape for k, v in other.state_dict().items()}:
+            raise ValueError(f"{type(module).__name__}.{path}: {type(net).__name__} differs from the source's")
+        module.set_submodule(path, other)
+    left = _tensor_ids(module) - _tensor_ids(source)
+    if left or mine.keys() != theirs.keys():
         raise ValueError(
-            f"{type(module).__name__} could not share all of {type(source).__name__}'s parameters and buffers "
-            f"({len(mine - theirs)} of its own left)"
+            f"{type(module).__name__} could not share all of {type(source).__name__}'s networks "
+            f"({len(left)} parameters or buffers of its own left; networks {sorted(mine)} and {sorted(theirs)})"
         )
     return module
-
-
-def _share(module: nn.Module, source: nn.Module, where: str) -> None:
-    if type(module) is not type(source) or list(module._modules) != list(source._modules):
-        raise ValueError(f"{where}: {type(module).__name__} and {type(source).__name__} differ in structure")
-    for name, child in module._modules.items():
-        theirs = source._modules[name]
-        if child is None or theirs is None or child is theirs:
-            continue
-        if not any(isinstance(m, TensorDictModuleBase) for m in child.modules()):  # a plain network: no keys
-            mine = {k: v.shape for k, v in child.state_dict().items()}
-            if mine != {k: v.shape for k, v in theirs.state_dict().items()} or type(child) is not type(theirs):
-                raise ValueError(f"{where}.{name}: {type(child).__name__} differs from the source's")
-            if mine or _tensor_ids(child):
-                module._modules[name] = theirs
-            continue
-        _share(child, theirs, f"{where}.{name}")
 
 
 def _tensor_ids(module: nn.Module) -> set[int]:

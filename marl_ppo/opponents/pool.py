@@ -15,7 +15,9 @@ snapshot starts at the latest policy's rating. ``pool.draw=rating`` draws snapsh
 hardest opponents most often (as prioritised fictitious self-play weights them).
 
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
-vmapped call of the network (:class:`SnapshotNet`), not one module call per env. Which opponent an
+vmapped call of the network (:class:`SnapshotNet`), not one module call per env. A policy with a
+trunk (CNN, DeepSets, GNN, a chain) is snapshotted whole: each of its plain networks makes one such
+call (:func:`snapshot_policy`). Which opponent an
 env drew is recorded in the batch (``(group, "opponent")``: -1 the latest policy, ``k`` snapshot
 slot ``k``), and the seat's loss mask ``(group, "train_mask")`` is its env mask restricted to the
 episodes against the latest policy. In a deterministic evaluation a pool seat plays the latest policy.
@@ -35,6 +37,7 @@ True
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 
 import torch
@@ -44,9 +47,10 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
+from marl_ppo.models.modules import plain_networks
 from marl_ppo.opponents.ratings import elo_update, expected_score
 
-__all__ = ["SnapshotNet", "PoolPlayer", "LearnerSeating", "TRAIN_MASK", "OPPONENT"]
+__all__ = ["SnapshotNet", "snapshot_policy", "PoolPlayer", "LearnerSeating", "TRAIN_MASK", "OPPONENT"]
 
 TRAIN_MASK = "train_mask"  # (group, TRAIN_MASK): the pool seat's loss mask
 OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k, -2 - j fixed player j
@@ -95,16 +99,20 @@ class SnapshotNet(nn.Module):
             return out
         return None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        template = self.template
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.run(self.template, self.params, inputs)
 
-        def run(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            return torch.func.functional_call(template, params, (x,))
+    def run(self, net: nn.Module, params: Mapping[str, torch.Tensor], inputs: tuple) -> torch.Tensor:
+        """``net`` with each snapshot's ``params`` on ``inputs`` (env copies first), snapshot ``choice[e]``'s
+        output for env copy ``e``."""
 
-        out = torch.vmap(run)(self.params)  # [K, *B, n_agents, out]: every snapshot on every env, one call
+        def call(p: dict[str, torch.Tensor]) -> torch.Tensor:
+            return torch.func.functional_call(net, p, inputs)
+
+        out = torch.vmap(call)(dict(params))  # [K, *B, ...]: every snapshot on every env, one call
         copies = self.choice.numel()
-        flat = out.reshape(len(self), copies, *out.shape[-2:])
-        return flat[self.choice, torch.arange(copies, device=x.device)].reshape(*x.shape[:-1], out.shape[-1])
+        flat = out.reshape(len(self), copies, -1)
+        return flat[self.choice, torch.arange(copies, device=out.device)].reshape(out.shape[1:])
 
     def state(self) -> dict:
         return {
@@ -124,6 +132,30 @@ class SnapshotNet(nn.Module):
     def rate(self, games: list[int], scores: list[float]) -> None:
         """One batch of games against the latest policy (per snapshot: games played, score in all)."""
         self.ratings, self.latest_rating = elo_update(self.ratings, self.latest_rating, games, scores)
+
+
+class _SnapshotPart(nn.Module):
+    """One plain network of a policy whose snapshots a :class:`SnapshotNet` holds (its template: the whole
+    policy), run as the snapshots' ``path`` entries: a CNN or a chain's parts, each in its own vmapped call."""
+
+    def __init__(self, snapshots: SnapshotNet, path: str, net: nn.Module) -> None:
+        super().__init__()
+        self._held, self.path = (snapshots, net), path  # neither registered: no parameters of its own
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        snapshots, net = self._held
+        n = len(self.path) + 1
+        params = {k[n:]: v for k, v in snapshots.params.items() if k.startswith(self.path + ".")}
+        return snapshots.run(net, params, inputs)
+
+
+def snapshot_policy(live: nn.Module, snapshots: SnapshotNet) -> nn.Module:
+    """``live`` (a policy with a trunk, the template of ``snapshots``) playing the snapshots: a copy of it
+    whose every plain network runs the snapshots' parameters for that network."""
+    frozen = copy.deepcopy(live).requires_grad_(False)
+    for path, net in plain_networks(live).items():
+        frozen.set_submodule(path, _SnapshotPart(snapshots, path, net))
+    return frozen
 
 
 class LearnerSeating:

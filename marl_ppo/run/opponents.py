@@ -23,8 +23,9 @@ from marl_ppo.envs.custom import factory_path
 from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
+from marl_ppo.models.recurrent import recurrent_modules
 from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
-from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet
+from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet, snapshot_policy
 from marl_ppo.options import ConfigError
 from marl_ppo.run.checkpoints import CheckpointError, preserved_rng
 
@@ -59,14 +60,18 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     one of ``pool.fixed``, built by ``make_fixed(key, source, spec)`` (:func:`make_player`, bound)."""
     live = router.losses[spec.name].actor_network
     net = router.networks.of(live)
-    if net is None:  # SnapshotNet stacks one agent MLP's parameters; a trunk's modules are not stacked yet
+    if net is not None:  # an agent MLP: its snapshots in the actor built around it
+        snapshots = SnapshotNet(net)
+        frozen = build_actor(spec, net=snapshots)
+    elif not recurrent_modules(live):  # a trunk (cnn, deepsets, gnn, a chain): the policy's snapshots
+        snapshots = SnapshotNet(live)
+        frozen = snapshot_policy(live, snapshots)
+    else:  # a snapshot's hidden states would need entries of their own beside the latest policy's
         kind = cfg.model.for_group(spec.name).kind
         raise ConfigError(
-            f"opponents.{spec.name}: a pool snapshots MLP policies only (model.kind=mlp), not model.kind={kind}; "
+            f"opponents.{spec.name}: a pool does not snapshot recurrent policies (model.kind={kind}); "
             f"play it with 'self' (the latest policy in both seats) or a frozen 'checkpoint:RUN_DIR'"
         )
-    snapshots = SnapshotNet(net)
-    frozen = build_actor(spec, net=snapshots)
     pool = cfg.pool
     seat = dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=env_mask))  # the env's own keys
     fixed = [

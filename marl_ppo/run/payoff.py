@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tensordict.nn import TensorDictSequential
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 
 from marl_ppo.config import Config
 from marl_ppo.models.actor import build_actor, seat_actor
+from marl_ppo.models.modules import Networks
 from marl_ppo.opponents import count_outcomes, parse_source, source_label
 from marl_ppo.opponents.ratings import fit_elo
 from marl_ppo.options import ConfigError
@@ -82,6 +83,8 @@ def snapshot_actor(spec, pool, k: int):
     with torch.no_grad():
         for name, p in net.named_parameters():
             p.copy_(pool.snapshots.params[name][k])
+    if isinstance(net, TensorDictModuleBase):  # a policy with a trunk, snapshotted whole: moved to spec's seat
+        return seat_actor(spec, net, Networks(), what=f"snapshot {k} of pool {pool.spec.name!r}")
     return build_actor(spec, net=net)
 
 

@@ -238,7 +238,7 @@ def test_a_checkpoint_of_other_specs_is_refused_before_a_run_directory_exists(tm
     [
         (
             ["model.kind=gru", "opponents.player_2=pool:player_1"],
-            "opponents.player_2: a pool snapshots MLP policies only (model.kind=mlp), not model.kind=gru",
+            "opponents.player_2: a pool does not snapshot recurrent policies (model.kind=gru)",
         ),
         (
             ["model.groups={player_2: {hidden: [8]}}", "opponents.player_2=self"],
