@@ -111,8 +111,12 @@ class SnapshotNet(nn.Module):
 
         out = torch.vmap(call)(dict(params))  # [K, *B, ...]: every snapshot on every env, one call
         copies = self.choice.numel()
-        flat = out.reshape(len(self), copies, -1)
-        return flat[self.choice, torch.arange(copies, device=out.device)].reshape(out.shape[1:])
+
+        def pick(y: torch.Tensor) -> torch.Tensor:
+            flat = y.reshape(len(self), copies, -1)
+            return flat[self.choice, torch.arange(copies, device=y.device)].reshape(y.shape[1:])
+
+        return tuple(pick(y) for y in out) if isinstance(out, tuple) else pick(out)  # (loc, scale): each
 
     def state(self) -> dict:
         return {

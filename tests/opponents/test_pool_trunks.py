@@ -1,5 +1,5 @@
-"""Pools of policies with a trunk (a CNN on MAgent2 battle): the snapshots of the whole policy, each of its
-plain networks run for every snapshot in one vmapped call."""
+"""Pools of policies with a trunk (a CNN on MAgent2 battle; a GNN, DeepSets and a chain on VMAS navigation):
+the snapshots of the whole policy, each of its plain networks run for every snapshot in one vmapped call."""
 
 from __future__ import annotations
 
@@ -13,19 +13,30 @@ from marl_ppo.run.build import build
 from marl_ppo.run.payoff import snapshot_actor
 from tests.opponents.test_opponents import BATTLE
 
-pytest.importorskip("magent2")
-
 POOL = [*BATTLE, "opponents.blue=pool:red", "pool.every=1", "model.options.cnn.channels=[4, 4]"]
 POOL += ["model.options.cnn.kernels=[3, 3]", "model.options.cnn.strides=[2, 1]", "model.options.cnn.paddings=[0, 0]"]
 
 
-def test_each_env_copy_plays_its_own_snapshot_of_the_cnn_policy():
-    """Known answer: with three snapshots, copy ``e``'s logits from the pool's frozen policy equal those of
+NAVIGATION = ["env.num_envs=3", "opponents.agents=pool", "model.hidden=[16]"]
+KINDS = {  # (config, overrides, the pool seat, an entry of the policy's output to compare)
+    "cnn": (None, [*POOL, "env.num_envs=3"], "blue", "logits"),
+    "gnn": ("navigation", [*NAVIGATION, "model.kind=gnn"], "agents", "loc"),
+    "deepsets": ("navigation", [*NAVIGATION, "model.kind=deepsets"], "agents", "loc"),
+    "chain": ("navigation", [*NAVIGATION, "model.kind=[mlp]"], "agents", "loc"),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_env_copy_plays_its_own_snapshot_of_the_policy(kind):
+    """Known answer: with three snapshots, copy ``e``'s output from the pool's frozen policy equals that of
     snapshot ``choice[e]`` rebuilt alone (its parameters loaded into a copy of the policy) on that copy."""
+    config, overrides, seat, entry = KINDS[kind]
+    if config is None:
+        pytest.importorskip("magent2")
     torch.manual_seed(0)
-    parts = build(load_config(None, [*POOL, "env.num_envs=3"]))
-    pool, spec = parts.pools["blue"], parts.groups["blue"]
-    live = parts.router.losses["blue"].actor_network
+    parts = build(load_config(config, overrides))
+    pool, spec = parts.pools[seat], parts.groups[seat]
+    live = parts.router.losses[seat].actor_network
     assert pool.snapshots.template is live and len(pool.snapshots) == 1
     for _ in range(2):  # two more snapshots, far from the first
         pool.snapshots.add({k: torch.randn_like(v) for k, v in live.named_parameters()}, size=5)
@@ -34,16 +45,17 @@ def test_each_env_copy_plays_its_own_snapshot_of_the_cnn_policy():
     td = parts.env.reset()
     pool.snapshots.choice = torch.tensor([2, 0, 1])
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        together = frozen(td.clone())["blue", "logits"]
+        together = frozen(td.clone())[seat, entry]
         for e, k in enumerate(pool.snapshots.choice.tolist()):
-            alone = snapshot_actor(spec, pool, k)(td[e : e + 1].clone())["blue", "logits"][0]
+            alone = snapshot_actor(spec, pool, k)(td[e : e + 1].clone())[seat, entry][0]
             torch.testing.assert_close(together[e], alone, rtol=1e-5, atol=1e-5)
-    logits = [snapshot_actor(spec, pool, k)(td.clone())["blue", "logits"] for k in range(3)]
-    assert not torch.allclose(logits[0], logits[1])  # the snapshots differ: the known answer could fail
+        outputs = [snapshot_actor(spec, pool, k)(td.clone())[seat, entry] for k in range(3)]
+    assert not torch.allclose(outputs[0], outputs[1])  # the snapshots differ: the known answer could fail
     parts.env.close()
 
 
 def test_a_cnn_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
+    pytest.importorskip("magent2")
     from marl_ppo.run.checkpoints import load_checkpoint
     from tests.run.test_recovery import assert_straight_equals_crash_then_resume
 
