@@ -17,7 +17,7 @@ hardest opponents most often (as prioritised fictitious self-play weights them).
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
 vmapped call of the network (:class:`SnapshotNet`), not one module call per env. A policy with a
 trunk (CNN, DeepSets, GNN, a chain) is snapshotted whole: each of its plain networks makes one such
-call (:func:`snapshot_policy`). Which opponent an
+call (:class:`SnapshotPart`). Which opponent an
 env drew is recorded in the batch (``(group, "opponent")``: -1 the latest policy, ``k`` snapshot
 slot ``k``), and the seat's loss mask ``(group, "train_mask")`` is its env mask restricted to the
 episodes against the latest policy. In a deterministic evaluation a pool seat plays the latest policy.
@@ -37,7 +37,6 @@ True
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 
 import torch
@@ -47,10 +46,9 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
-from marl_ppo.models.modules import plain_networks
 from marl_ppo.opponents.ratings import elo_update, expected_score
 
-__all__ = ["SnapshotNet", "snapshot_policy", "PoolPlayer", "LearnerSeating", "TRAIN_MASK", "OPPONENT"]
+__all__ = ["SnapshotNet", "SnapshotPart", "PoolPlayer", "LearnerSeating", "TRAIN_MASK", "OPPONENT"]
 
 TRAIN_MASK = "train_mask"  # (group, TRAIN_MASK): the pool seat's loss mask
 OPPONENT = "opponent"  # (group, OPPONENT): -1 the latest policy, k >= 0 snapshot slot k, -2 - j fixed player j
@@ -138,7 +136,7 @@ class SnapshotNet(nn.Module):
         self.ratings, self.latest_rating = elo_update(self.ratings, self.latest_rating, games, scores)
 
 
-class _SnapshotPart(nn.Module):
+class SnapshotPart(nn.Module):
     """One plain network of a policy whose snapshots a :class:`SnapshotNet` holds (its template: the whole
     policy), run as the snapshots' ``path`` entries: a CNN or a chain's parts, each in its own vmapped call."""
 
@@ -151,15 +149,6 @@ class _SnapshotPart(nn.Module):
         n = len(self.path) + 1
         params = {k[n:]: v for k, v in snapshots.params.items() if k.startswith(self.path + ".")}
         return snapshots.run(net, params, inputs)
-
-
-def snapshot_policy(live: nn.Module, snapshots: SnapshotNet) -> nn.Module:
-    """``live`` (a policy with a trunk, the template of ``snapshots``) playing the snapshots: a copy of it
-    whose every plain network runs the snapshots' parameters for that network."""
-    frozen = copy.deepcopy(live).requires_grad_(False)
-    for path, net in plain_networks(live).items():
-        frozen.set_submodule(path, _SnapshotPart(snapshots, path, net))
-    return frozen
 
 
 class LearnerSeating:

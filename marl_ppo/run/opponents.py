@@ -9,12 +9,14 @@ observation, another run's frozen policy). See ``docs/opponents.md``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from marl_ppo.config import Config
 from marl_ppo.core.router import GroupRouter
@@ -23,9 +25,10 @@ from marl_ppo.envs.custom import factory_path
 from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
+from marl_ppo.models.modules import plain_networks
 from marl_ppo.models.recurrent import recurrent_modules
 from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
-from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet, snapshot_policy
+from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet, SnapshotPart
 from marl_ppo.options import ConfigError
 from marl_ppo.run.checkpoints import CheckpointError, preserved_rng
 
@@ -35,6 +38,7 @@ __all__ = [
     "self_seat",
     "pool_seat",
     "pool_player",
+    "snapshot_policy",
     "seat_learners",
     "make_player",
     "checked_players",
@@ -94,6 +98,15 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     )
     player.snapshot(0)
     return player
+
+
+def snapshot_policy(live: nn.Module, snapshots: SnapshotNet) -> nn.Module:
+    """``live`` (a policy with a trunk, the template of ``snapshots``) playing the snapshots: a copy of it
+    whose every plain network runs the snapshots' parameters for that network."""
+    frozen = copy.deepcopy(live).requires_grad_(False)
+    for path, net in plain_networks(live).items():
+        frozen.set_submodule(path, SnapshotPart(snapshots, path, net))
+    return frozen
 
 
 def seat_learners(cfg: Config, pools: dict[str, PoolPlayer], networks: dict[str, str]) -> None:

@@ -8,8 +8,8 @@ import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from marl_ppo.config import load_config
-from marl_ppo.opponents.pool import snapshot_policy
 from marl_ppo.run.build import build
+from marl_ppo.run.opponents import snapshot_policy
 from marl_ppo.run.payoff import snapshot_actor
 from tests.opponents.test_opponents import BATTLE
 
