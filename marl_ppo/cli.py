@@ -204,17 +204,11 @@ def _eval(args: argparse.Namespace) -> int:
     from marl_ppo.run.evaluation import Evaluator
 
     cfg, parts = load_policy(args.run_dir, args.checkpoint, device=args.device)
+    from marl_ppo.run.video import eval_recorder
+
+    recorder = eval_recorder(args.video, cfg.env)
     if args.opponent:
-        return _matches(args, cfg, parts)
-    recorder = None
-    if args.video:
-        from marl_ppo.envs.kinds import video_refusal
-
-        if video_refusal(cfg.env) is not None:
-            raise ValueError(f"--video: this run's {video_refusal(cfg.env)}")
-        from marl_ppo.run.video import FrameRecorder
-
-        recorder = FrameRecorder()
+        return _matches(args, cfg, parts, recorder)
     # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
     evaluator = Evaluator(
         cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=bool(args.video)
@@ -240,14 +234,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _matches(args: argparse.Namespace, cfg, parts) -> int:
-    """``marl-ppo eval RUN --opponent SOURCE``: win/draw/loss per seat, one line each, and JSON."""
+def _matches(args: argparse.Namespace, cfg, parts, recorder=None) -> int:
+    """``marl-ppo eval RUN --opponent SOURCE``: win/draw/loss per seat, one line each, and JSON; ``--video``:
+    the first match's first episode."""
     from marl_ppo.run.evaluation import Evaluator
     from marl_ppo.run.matches import Matches
 
-    evaluator = Evaluator(cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps)
+    video = recorder is not None
+    evaluator = Evaluator(
+        cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=video
+    )
     try:
-        played = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat, sample=args.sample)()
+        matches = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat, sample=args.sample, callback=recorder)
+        played = matches()
     finally:
         evaluator.close()
         parts.env.close()
@@ -261,7 +260,11 @@ def _matches(args: argparse.Namespace, cfg, parts) -> int:
         rates = {"win_rate": counts.win_rate, "draw_rate": counts.draw_rate, "loss_rate": counts.loss_rate}
         rates |= {f"{name}_ci95": list(bounds) for name, bounds in counts.intervals().items()}
         out.append({"opponent": source, **dataclasses.asdict(counts), **rates})
-    print(json.dumps({"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "matches": out}, indent=2))
+    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "matches": out}
+    if recorder is not None and recorder.frames:
+        source, seat = next(iter(played))
+        result["video"] = {"file": str(recorder.save(args.video)), "opponent": source, "seat": seat}
+    print(json.dumps(result, indent=2))
     return 1 if failed else 0
 
 
@@ -340,7 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
         "length (classic games); default: the run's",
     )
     p.add_argument("--checkpoint", default="last.pt", help="checkpoint file in RUN_DIR/checkpoints")
-    p.add_argument("--video", metavar="FILE.gif", help="VMAS, PettingZoo: save the first episode as an animated GIF")
+    p.add_argument(
+        "--video",
+        metavar="FILE.gif",
+        help="VMAS, PettingZoo: save the first episode as an animated GIF (with --opponent: the first match's)",
+    )
     p.add_argument("--device", help="run on this device instead of the run's (e.g. cpu for a cuda run)")
     p.add_argument(
         "--opponent",

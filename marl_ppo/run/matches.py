@@ -45,7 +45,8 @@ def seats(parts: Parts) -> dict[str, object]:
 
 
 class Matches:
-    """Plays ``sources`` against the trained policy in ``seat`` (``None``: every seat it can take)."""
+    """Plays ``sources`` against the trained policy in ``seat`` (``None``: every seat it can take); ``callback``
+    sees the first match's evaluation (a video recorder: ``marl-ppo eval RUN --opponent S --video F``)."""
 
     def __init__(
         self,
@@ -56,8 +57,10 @@ class Matches:
         *,
         seat: str | None = None,
         sample: bool = False,
+        callback=None,
     ) -> None:
         self.cfg, self.parts, self.evaluator, self.deterministic = cfg, parts, evaluator, not sample
+        self._callback = callback  # handed to the first match's evaluation only (a video's recorder)
         self.sources = {text: parse_source(f"opponent {text!r}", text) for text in sources}
         self.seats = seats(parts) if self.sources else {}
         if len(parts.groups) < 2 and self.sources:
@@ -72,6 +75,10 @@ class Matches:
             self.seats = {seat: self.seats[seat]}
         self._players: dict[tuple[str, str], object] = {}  # (source, group) -> player, built once
 
+    def _first(self):
+        callback, self._callback = self._callback, None
+        return callback
+
     def _player(self, text: str, group: str):
         if (text, group) not in self._players:
             spec = self.parts.groups[group]
@@ -85,7 +92,7 @@ class Matches:
         else:
             others = [self._player(text, g).to(self.cfg.train.device) for g in self.parts.groups if g != seat]
             policy = TensorDictSequential(self.seats[seat], *others)
-            result = self.evaluator(policy=policy, deterministic=self.deterministic)
+            result = self.evaluator(policy=policy, deterministic=self.deterministic, callback=self._first())
         return result, (count_outcomes(result.per_episode, seat) if result.episodes else None)
 
     def _pool(self, text: str):
@@ -116,7 +123,9 @@ class Matches:
             others = [snapshot_actor(spec, pool, k) for g, spec in self.parts.groups.items() if g != seat]
             policy = TensorDictSequential(self.seats[seat], *others).to(self.cfg.train.device)
             share = episodes // count + (k < episodes % count)
-            results.append(self.evaluator(policy=policy, episodes=share, deterministic=self.deterministic))
+            results.append(
+                self.evaluator(policy=policy, episodes=share, deterministic=self.deterministic, callback=self._first())
+            )
         return EvalResult.merged(results)
 
     def __call__(self) -> dict[tuple[str, str], tuple[EvalResult, Outcomes | None]]:

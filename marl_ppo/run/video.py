@@ -14,7 +14,7 @@ import numpy as np
 from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 
-__all__ = ["FrameRecorder", "save_gif"]
+__all__ = ["FrameRecorder", "save_gif", "eval_recorder"]
 
 
 class FrameRecorder:
@@ -61,3 +61,16 @@ def save_gif(frames: list[np.ndarray], path: str | Path, *, fps: int = 20) -> Pa
     images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
     tmp.replace(path)
     return path
+
+
+def eval_recorder(path: str | None, env_cfg) -> FrameRecorder | None:
+    """``marl-ppo eval --video PATH``'s recorder (``None`` without a path); an env that cannot draw is
+    refused in one line, naming why."""
+    if not path:
+        return None
+    from marl_ppo.envs.kinds import video_refusal
+
+    why = video_refusal(env_cfg)
+    if why is not None:
+        raise ValueError(f"--video: this run's {why}")
+    return FrameRecorder()

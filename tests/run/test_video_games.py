@@ -8,6 +8,8 @@ frames). Drawing changes nothing the policy sees: the returns are the same with 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -89,6 +91,15 @@ def test_eval_video_writes_a_gif_of_a_pettingzoo_run(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "t"), "--episodes", "1", "--video", str(gif)]) == 0
     assert str(gif) in capsys.readouterr().out
     with Image.open(gif) as image:
+        assert image.n_frames > 1
+    # against an opponent: the first match's first episode (the trained policy against random, first seat)
+    match = tmp_path / "match.gif"
+    argv = ["eval", str(tmp_path / "t"), "--episodes", "2", "--opponent", "random", "--video", str(match)]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["video"] == {"file": str(match), "opponent": "random", "seat": "player_1"}
+    assert [m["opponent"] for m in result["matches"]] == ["random", "random"]  # both seats played, one video
+    with Image.open(match) as image:
         assert image.n_frames > 1
 
 
