@@ -209,12 +209,14 @@ def _eval(args: argparse.Namespace) -> int:
     recorder = eval_recorder(args.video, cfg.env)
     if args.opponent:
         return _matches(args, cfg, parts, recorder)
+    if args.sample and parts.pools:
+        raise ValueError(f"--sample: the pool seats {sorted(parts.pools)} would play their snapshots")
     # the run's own evaluation: the same envs and seed rule as training's (the same figure for the same N)
     evaluator = Evaluator(
         cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=bool(args.video)
     )
     try:
-        out = evaluator(callback=recorder)
+        out = evaluator(callback=recorder, deterministic=False if args.sample else None)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
         evaluator.close()
         if not parts.env.is_closed:
@@ -362,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sample",
         action="store_true",
-        help="with --opponent: the policies sample their actions (deterministic players would replay one game)",
+        help="the policies sample their actions (with --opponent: deterministic players would replay one game)",
     )
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")

@@ -259,6 +259,8 @@ class Config:
                     f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play"
                     + ("" if kind == "self" else " (pool plays a run's snapshots; this config has no pool seat)")
                 )
+        if pooled and not self.log.eval_deterministic:  # a pool seat draws its snapshots when actions are sampled
+            raise ConfigError("log.eval_deterministic=false: a pool seat would play its snapshots in the evaluations")
         if self.log.video and video_refusal(self.env) is not None:
             raise ConfigError(f"log.video=true: {video_refusal(self.env)}")
         if self.reward_table is not None:

@@ -63,12 +63,14 @@ class LogConfig:
         name: run directory name (default: ``<scenario>-<algorithm>-seed<seed>``).
         loggers: any of ``csv``, ``tensorboard``, ``wandb``, ``mlflow``.
         eval_every: evaluate every K iterations (0: only at the end).
-        eval_episodes: deterministic evaluation episodes, exactly this many (VMAS: one vectorized
-            batch; PettingZoo: shared out between at most ``env.num_envs`` copies).
+        eval_episodes: evaluation episodes, exactly this many (VMAS: one vectorized batch;
+            PettingZoo: shared out between at most ``env.num_envs`` copies).
+        eval_deterministic: the evaluations play each policy's mode (false: they sample its actions,
+            as collection does; BenchMARL's ``evaluation_deterministic_actions``).
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
-        video: VMAS and PettingZoo: save a GIF of one deterministic episode at every evaluation
+        video: VMAS and PettingZoo: save a GIF of one evaluation episode at every evaluation
             (``videos/`` in the run directory; also sent to TensorBoard, W&B and MLflow).
         eval_opponents: opponent sources the trained policy also plays at every evaluation, in each
             seat it can take: win, draw and loss rates per seat (``docs/opponents.md``).
@@ -81,6 +83,7 @@ class LogConfig:
     loggers: list[str] = field(default_factory=lambda: ["csv"])
     eval_every: int = 2
     eval_episodes: int = 10
+    eval_deterministic: bool = True
     checkpoint_every: int = 5
     progress: bool = True
     plot: bool = True

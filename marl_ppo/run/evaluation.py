@@ -1,4 +1,5 @@
-"""The one evaluation: exactly ``episodes`` deterministic episodes, their returns per group.
+"""The one evaluation: exactly ``episodes`` episodes (deterministic unless ``log.eval_deterministic=false``),
+their returns per group.
 
 :func:`evaluate` runs a policy on any batched or unbatched env: the episodes are shared out between
 the env's copies (copy ``i`` runs ``episodes // copies`` of them, one more for the first
@@ -170,11 +171,18 @@ class Evaluator:
         self.env: EnvBase | None = None
 
     def __call__(
-        self, callback: Callable | None = None, policy=None, deterministic: bool = True, episodes: int | None = None
+        self,
+        callback: Callable | None = None,
+        policy=None,
+        deterministic: bool | None = None,
+        episodes: int | None = None,
     ) -> EvalResult:
         """Evaluates the run's policy, or ``policy`` (the same groups, e.g. against an opponent) on the same
-        envs; ``deterministic=False`` samples the actions (a payoff matrix's games); ``episodes``: that many
-        instead of the evaluator's own (a pool's share of them per snapshot)."""
+        envs; ``deterministic=False`` samples the actions (a payoff matrix's games; ``None``:
+        ``log.eval_deterministic``); ``episodes``: that many instead of the evaluator's own (a pool's share
+        of them per snapshot)."""
+        if deterministic is None:
+            deterministic = self.cfg.log.eval_deterministic
         with preserved_rng():  # also VMAS's stream, which its training envs share with this one
             self._build()
             self.env.set_seed(self.seed)

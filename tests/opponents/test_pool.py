@@ -199,6 +199,10 @@ def test_a_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
     "overrides, words",
     [
         (["opponents.player_2=pool:player_1", "pool.size=0"], ["pool.size", ">= 1", "0"]),
+        (
+            ["opponents.player_2=pool:player_1", "log.eval_deterministic=false"],
+            ["log.eval_deterministic=false", "a pool seat would play its snapshots in the evaluations"],
+        ),
         (["opponents.player_2=pool:player_1", "pool.latest_share=1.5"], ["pool.latest_share", "[0, 1]", "1.5"]),
         (["opponents.player_2=pool:player_1", "pool.draw=best"], ["pool.draw", "'uniform', 'rating'", "'best'"]),
         (["opponents.player_2=pool:player_1", "pool.drop=newest"], ["pool.drop", "'oldest', 'lowest'", "'newest'"]),

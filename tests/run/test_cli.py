@@ -291,6 +291,22 @@ def test_eval_matches_the_runs_own_final_evaluation(trained_run, capsys):
     assert data["episode_reward"]["agents"] == logged["eval/agents/episode_reward"]
 
 
+def test_a_sampled_evaluation_is_logged_as_eval_sample_gives_it(tmp_path, trained_run, capsys):
+    """log.eval_deterministic=false: the run's evaluations sample the actions, seeded, so `marl-ppo eval RUN`
+    (which follows the run's config) and `--sample` give the logged figure; and `--sample` on a run that
+    evaluates deterministically gives another figure than its deterministic evaluation."""
+    run = train(tmp_path, "sampled", "log.eval_deterministic=false")
+    capsys.readouterr()
+
+    def evaluated(run_dir, *flags):
+        assert main(["eval", str(run_dir), "--episodes", "2", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["episode_reward"]["agents"]
+
+    logged = json.loads((run / "summary.json").read_text())["eval/agents/episode_reward"]
+    assert evaluated(run) == evaluated(run, "--sample") == logged
+    assert evaluated(trained_run, "--sample") == evaluated(trained_run, "--sample") != evaluated(trained_run)
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_eval_refuses_a_bad_episode_count_in_one_line(trained_run, capsys, value):
     with pytest.raises(SystemExit) as info:
