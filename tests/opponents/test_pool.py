@@ -353,6 +353,8 @@ def test_eval_pool_on_the_command_line_plays_the_runs_restored_snapshots(tmp_pat
     assert main(["eval", str(tmp_path / "run"), "--opponent", "pool", "--episodes", "5"]) == 0
     matches = json.loads(capsys.readouterr().out)["matches"]
     assert [(m["seat"], m["episodes"]) for m in matches] == [("player_1", 5), ("player_2", 5)]
+    assert main(["eval", str(tmp_path / "run"), "--sample"]) == 1  # the pool seat would draw its snapshots
+    assert "--sample: the pool seats ['player_2'] would play their snapshots" in capsys.readouterr().err
     _, parts = load_policy(tmp_path / "run")
     assert parts.pools["player_2"].snapshots.taken_at == [0, 1, 2]  # restored from last.pt, not the start's only
     parts.env.close()
