@@ -17,10 +17,10 @@ hardest opponents most often (as prioritised fictitious self-play weights them).
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
 vmapped call of the network (:class:`SnapshotNet`), not one module call per env. A policy with a
 trunk (CNN, DeepSets, GNN, a chain) is snapshotted whole: each of its plain networks makes one such
-call (:class:`SnapshotPart`). Which opponent an
-env drew is recorded in the batch (``(group, "opponent")``: -1 the latest policy, ``k`` snapshot
-slot ``k``), and the seat's loss mask ``(group, "train_mask")`` is its env mask restricted to the
-episodes against the latest policy. In a deterministic evaluation a pool seat plays the latest policy.
+call (:class:`SnapshotPart`). Which opponent an env drew is recorded in the batch
+(``(group, "opponent")``: -1 the latest policy, ``k`` snapshot slot ``k``), and the seat's loss mask
+``(group, "train_mask")`` is its env mask restricted to the episodes against the latest policy. In a
+deterministic evaluation a pool seat plays the latest policy.
 
 Written by hand: torchrl has no opponent pool, and its collectors take one policy.
 
