@@ -9,7 +9,7 @@ from torchrl.modules import MultiAgentMLP
 
 from marl_ppo.models.mlp import SharedAgentMLP
 
-__all__ = ["TensorOutModule", "Networks", "share_networks"]
+__all__ = ["TensorOutModule", "Networks", "plain_networks", "share_networks"]
 
 
 class TensorOutModule(TensorDictModule):
