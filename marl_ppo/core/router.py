@@ -154,8 +154,8 @@ class GroupRouter(nn.Module):
         self._critics = {g: loss.critic_network for g, loss in self.losses.items()}
         # Collection runs the actors, and the recurrent critics too: their hidden states are
         # collected with the data, and the advantages and the update start from them.
-        recurrent_critics = {id(c): c for c in self._critics.values() if recurrent_modules(c)}
-        self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *recurrent_critics.values())
+        self.recurrent_critics = list({id(c): c for c in self._critics.values() if recurrent_modules(c)}.values())
+        self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *self.recurrent_critics)
         self.recurrent_keys = state_keys(self.policy)  # stored states + "is_init"; [] without a recurrent model
         self._reads_own_group_only = {
             g: _reads_own_group_only(spec, self.losses[g].critic_network) for g, spec in self.groups.items()

@@ -16,8 +16,11 @@ hardest opponents most often (as prioritised fictitious self-play weights them).
 
 The snapshots are one set of stacked parameters ``[K, ...]``: every env's snapshot runs in one
 vmapped call of the network (:class:`SnapshotNet`), not one module call per env. A policy with a
-trunk (CNN, DeepSets, GNN, a chain) is snapshotted whole: each of its plain networks makes one such
-call (:class:`SnapshotPart`). Which opponent an env drew is recorded in the batch
+trunk (CNN, DeepSets, GNN, a chain, a GRU/LSTM) is snapshotted whole: each of its plain networks makes
+one such call (:class:`SnapshotPart`; a GRU/LSTM cell, which torch cannot vmap, one call per snapshot
+in play). A recurrent snapshot's state lives in the seat's own state entries: a copy plays one policy
+per episode and the state restarts with the episode, so where a snapshot plays, its next state is
+the one stored. Which opponent an env drew is recorded in the batch
 (``(group, "opponent")``: -1 the latest policy, ``k`` snapshot slot ``k``), and the seat's loss mask
 ``(group, "train_mask")`` is its env mask restricted to the episodes against the latest policy. In a
 deterministic evaluation a pool seat plays the latest policy.
@@ -107,14 +110,21 @@ class SnapshotNet(nn.Module):
         def call(p: dict[str, torch.Tensor]) -> torch.Tensor:
             return torch.func.functional_call(net, p, inputs)
 
-        out = torch.vmap(call)(dict(params))  # [K, *B, ...]: every snapshot on every env, one call
+        if isinstance(net, nn.RNNBase):  # torch has no vmap rule for aten::gru/lstm: one call per snapshot in play
+            used = self.choice.unique()
+            calls = [call({k: v[i] for k, v in params.items()}) for i in used.tolist()]
+            out = _stacked(calls)  # [used, ...]
+            index = torch.searchsorted(used, self.choice)
+        else:
+            out = torch.vmap(call)(dict(params))  # [K, *B, ...]: every snapshot on every env, one call
+            index = self.choice
         copies = self.choice.numel()
 
-        def pick(y: torch.Tensor) -> torch.Tensor:
-            flat = y.reshape(len(self), copies, -1)
-            return flat[self.choice, torch.arange(copies, device=y.device)].reshape(y.shape[1:])
+        def pick(y: torch.Tensor) -> torch.Tensor:  # env copies lead every output's rows (a GRU's state: 1 layer)
+            flat = y.reshape(y.shape[0], copies, -1)
+            return flat[index, torch.arange(copies, device=y.device)].reshape(y.shape[1:])
 
-        return tuple(pick(y) for y in out) if isinstance(out, tuple) else pick(out)  # (loc, scale): each
+        return _each(pick, out)  # each output: (loc, scale), an LSTM's (y, (h, c))
 
     def state(self) -> dict:
         return {
@@ -134,6 +144,18 @@ class SnapshotNet(nn.Module):
     def rate(self, games: list[int], scores: list[float]) -> None:
         """One batch of games against the latest policy (per snapshot: games played, score in all)."""
         self.ratings, self.latest_rating = elo_update(self.ratings, self.latest_rating, games, scores)
+
+
+def _stacked(outputs: list):
+    """Outputs of one call each (a tensor, or tuples of them, nested): their tensors stacked, in the same nesting."""
+    if isinstance(outputs[0], tuple):
+        return tuple(_stacked([out[i] for out in outputs]) for i in range(len(outputs[0])))
+    return torch.stack(outputs)
+
+
+def _each(fn, out):
+    """``fn`` on each tensor of ``out`` (a tensor, or tuples of them, nested), in the same nesting."""
+    return tuple(_each(fn, y) for y in out) if isinstance(out, tuple) else fn(out)
 
 
 class SnapshotPart(nn.Module):
@@ -213,6 +235,8 @@ class PoolPlayer(TensorDictModuleBase):
         fixed_keys = [k for player in self.fixed for k in player.in_keys]
         self.in_keys = [*live.in_keys, *fixed_keys, "is_init", *([env_mask] if env_mask is not None else [])]
         self.out_keys = [*live.out_keys, (spec.name, TRAIN_MASK), (spec.name, OPPONENT)]
+        # what the policy carries to the next step (a recurrent policy's state): the snapshot's where it plays
+        self.carried = [k for k in live.out_keys if isinstance(k, tuple) and k[0] == "next"]
         self.assignment = torch.zeros(0, dtype=torch.long)
         self.env_mask = env_mask  # the env's own mask of the seat (a turn-based game's turns), if it has one
         self.seating: LearnerSeating | None = None  # pool.seating=learner: set by the run's build
@@ -300,7 +324,7 @@ class PoolPlayer(TensorDictModuleBase):
         if len(self.snapshots) and bool(snapshot.any()):
             self.snapshots.choice = assignment.clamp(min=0)
             other = self.frozen(td.select(*self.frozen.in_keys, strict=False).copy())
-            for key in (self.spec.keys.action, self.spec.keys.log_prob):
+            for key in (self.spec.keys.action, self.spec.keys.log_prob, *self.carried):
                 ours = td.get(key)
                 pick = snapshot.reshape(*td.batch_size, *([1] * (ours.ndim - td.batch_dims)))
                 td.set(key, torch.where(pick, other.get(key), ours))

@@ -92,7 +92,10 @@ class Parts:
     def __post_init__(self) -> None:
         if self.policy is None:
             actors = [self.pools.get(g) or self.router.losses[g].actor_network for g in self.router.groups]
-            collect = TensorDictSequential(*actors) if self.pools else self.router.policy
+            # the router's policy with each pool seat's actor in its player (recurrent critics as they are)
+            collect = (
+                TensorDictSequential(*actors, *self.router.recurrent_critics) if self.pools else self.router.policy
+            )
             self.policy = opponent_policy(collect, self.opponents)
 
     def after_update(self, iteration: int, batch: TensorDictBase | None = None) -> dict[str, float]:

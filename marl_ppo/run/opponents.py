@@ -26,7 +26,6 @@ from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.models.modules import plain_networks
-from marl_ppo.models.recurrent import recurrent_modules
 from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
 from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet, SnapshotPart
 from marl_ppo.options import ConfigError
@@ -67,15 +66,9 @@ def pool_player(cfg: Config, spec: GroupSpec, router: GroupRouter, env_mask, mak
     if net is not None:  # an agent MLP: its snapshots in the actor built around it
         snapshots = SnapshotNet(net)
         frozen = build_actor(spec, net=snapshots)
-    elif not recurrent_modules(live):  # a trunk (cnn, deepsets, gnn, a chain): the policy's snapshots
+    else:  # a trunk (cnn, deepsets, gnn, a chain) or a recurrent policy: the whole policy's snapshots
         snapshots = SnapshotNet(live)
         frozen = snapshot_policy(live, snapshots)
-    else:  # a snapshot's hidden states would need entries of their own beside the latest policy's
-        kind = cfg.model.for_group(spec.name).kind
-        raise ConfigError(
-            f"opponents.{spec.name}: a pool does not snapshot recurrent policies (model.kind={kind}); "
-            f"play it with 'self' (the latest policy in both seats) or a frozen 'checkpoint:RUN_DIR'"
-        )
     pool = cfg.pool
     seat = dataclasses.replace(spec, keys=dataclasses.replace(spec.keys, mask=env_mask))  # the env's own keys
     fixed = [

@@ -237,10 +237,6 @@ def test_a_checkpoint_of_other_specs_is_refused_before_a_run_directory_exists(tm
     "overrides, expected",
     [
         (
-            ["model.kind=gru", "opponents.player_2=pool:player_1"],
-            "opponents.player_2: a pool does not snapshot recurrent policies (model.kind=gru)",
-        ),
-        (
             ["model.groups={player_2: {hidden: [8]}}", "opponents.player_2=self"],
             "model.groups.player_2 gives it a model of its own; set the model of 'player_1' instead",
         ),
@@ -290,6 +286,21 @@ def test_a_run_with_an_opponent_resumes_exactly(tmp_path, monkeypatch, source, m
 
     cfg = ttt("train.total_frames=200", "log.checkpoint_every=2", f"opponents.player_2={source}", f"model.kind={model}")
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 3, 40)
+
+
+def test_a_recurrent_pool_run_resumes_exactly_with_its_pool(tmp_path, monkeypatch):
+    """A GRU policy whose pool seat plays its snapshots half the time: the snapshots, their ratings and each
+    copy's recurrent state (the snapshot's, where one plays) resume as the uninterrupted run has them."""
+    from marl_ppo.run.checkpoints import load_checkpoint
+    from tests.run.test_recovery import assert_straight_equals_crash_then_resume
+
+    cfg = ttt(
+        "train.total_frames=240", "log.checkpoint_every=2", "opponents.player_2=pool:player_1", "pool.every=1",
+        "model.kind=gru", "model.seq_len=4",
+    )  # fmt: skip
+    assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 3, 40)
+    pool = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["pools"]["player_2"]
+    assert pool["taken_at"] == [0, 1, 2, 3, 4, 5, 6] and any(".gru." in name for name in pool["params"])
 
 
 def test_the_docs_scripted_example_plays_well_against_random():
