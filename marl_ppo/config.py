@@ -55,7 +55,7 @@ class HappoConfig:
 
     Attributes:
         order: ``random`` (a new order of the groups each iteration, drawn from the update's generator)
-            or ``fixed`` (the env's order of the groups).
+            or ``fixed`` (the env's order of the groups; what ``train.seeds`` needs: one order for all seeds).
         critic: ``after`` (every critic trained once, after all the policies: HARL's way) or
             ``with_actor`` (each group's critic stepped with its policy).
     """

@@ -14,6 +14,9 @@ on. ``M`` is not clipped (HARL's choice). The critics are trained once after all
 (``critic="with_actor"``); with one group whose agents share parameters and ``with_actor`` the
 update is the joint step, bit for bit.
 
+Many seeds in one process (a :class:`~marl_ppo.core.seeds.SeedStack`) take ``order="fixed"``: each
+unit's pass trains that unit in every seed, each seed weighted by its own ``M``.
+
 The guarantee of monotonic improvement assumes the units share no parameters: a group whose agents
 share them is one unit, and a group playing with another group's networks is refused by the config.
 
@@ -38,9 +41,14 @@ from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.update import ppo_update, sequence_chunks
 
-__all__ = ["happo_update", "unit_order"]
+__all__ = ["happo_update", "unit_order", "SEEDS_NEED_FIXED_ORDER"]
 
 _CRITIC_TERMS = ("loss_critic",)
+# many seeds in one process: a pass updates one unit of every seed at once, so the seeds share one order
+SEEDS_NEED_FIXED_ORDER = (
+    "each seed would draw its own order of the units, but a pass of the update trains the same unit of every "
+    "seed; set loss.happo.order=fixed (one order for all seeds) or run the seeds one at a time"
+)
 
 
 def unit_order(units: Sequence, order: str, generator: torch.Generator | None) -> list:
@@ -119,6 +127,17 @@ def _joint_log_ratio(
     return per_agent.sum(-1) if agent is None else per_agent[..., agent]
 
 
+def _joint_log_ratios(stack: SeedStack, g: str, agent: int | None, batch: TensorDictBase, seq_len: int | None):
+    """:func:`_joint_log_ratio` of each seed of ``stack`` on its slice of ``batch`` ``[S, ...]`` (one seed: all)."""
+    if stack.seeds == 1:
+        return _joint_log_ratio(stack.template, g, agent, batch, seq_len)
+    out = []
+    for s in range(stack.seeds):
+        with stack.seed(s) as router:
+            out.append(_joint_log_ratio(router, g, agent, batch[s], seq_len))
+    return torch.stack(out)
+
+
 def happo_update(
     model: GroupRouter | SeedStack,
     step: AggregatedStep,
@@ -140,11 +159,11 @@ def happo_update(
     ``critic="after"``), and ``loss``/``grad_norm`` summed/averaged over the passes.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
-    if stack.seeds > 1:
-        raise ValueError("HAPPO draws each seed's order of the groups: many seeds in one process are not supported")
     if critic not in ("after", "with_actor"):
         raise ValueError(f"HAPPO's critic must be 'after' or 'with_actor', got {critic!r}")
     router = stack.template
+    if stack.seeds > 1 and order != "fixed" and len(units_of(router)) > 1:
+        raise ValueError(SEEDS_NEED_FIXED_ORDER)
     first = generator[0] if isinstance(generator, Sequence) else generator
     run = dict(num_epochs=num_epochs, minibatch_size=minibatch_size, generator=generator, seq_len=seq_len, **kwargs)
     units = unit_order(units_of(router), order, first)
@@ -162,16 +181,16 @@ def happo_update(
             only = torch.zeros(*batch.shape, n, 1, dtype=torch.bool, device=batch.device)
             only[..., agent, :] = True
             batch.set(keys.update_mask, only)
-            unit_step = _AgentStep(step, [p for p in router.losses[g].parameters() if p.requires_grad])
+            unit_step = _AgentStep(step, stack.trainable_of(router.losses[g]))
         stats = ppo_update(
             stack, unit_step, batch, groups=[g], terms=lambda losses, g=g: _select(losses, [g], None, skip), **run
         )
         out[g].append(stats.get(g))
         passes.append(stats)
         if i < len(units) - 1:
-            weight = weight * _joint_log_ratio(router, g, agent, batch, seq_len).exp()
+            weight = weight * _joint_log_ratios(stack, g, agent, batch, seq_len).exp()
         batch.exclude(keys.update_weight, keys.update_mask, inplace=True)
-    total = TensorDict({g: torch.stack(stats).mean(0) for g, stats in out.items()}, batch_size=[])
+    total = TensorDict({g: torch.stack(stats).mean(0) for g, stats in out.items()}, batch_size=passes[0].batch_size)
     if critic == "after":
         stats = ppo_update(
             stack, step, batch, terms=lambda losses: _select(losses, list(router.groups), _CRITIC_TERMS), **run

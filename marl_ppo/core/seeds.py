@@ -105,6 +105,15 @@ class SeedStack:
                 return self.params.get(tuple(name.split("."))) if name else self.params
         raise ValueError(f"{type(module).__name__} is not a module of the template router")
 
+    def trainable_of(self, module: nn.Module) -> list[torch.Tensor]:
+        """The tensors of :attr:`trainable` (what the step holds) that are ``module``'s parameters: its own
+        (one seed), or their stacks."""
+        if self.seeds == 1:
+            mine = {id(p) for p in module.parameters()}
+        else:
+            mine = {id(t) for t in self.stacked_of(module).values(include_nested=True, leaves_only=True)}
+        return [t for t in self.trainable if id(t) in mine]
+
     @contextlib.contextmanager
     def seed(self, s: int) -> Iterator[GroupRouter]:
         """The template with seed ``s``'s tensors in it (views: in-place updates, as value-norm statistics, land

@@ -39,6 +39,7 @@ from torch import nn
 from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
 from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.happo import SEEDS_NEED_FIXED_ORDER
 from marl_ppo.core.seeds import SeedStack, seed_refusal
 from marl_ppo.core.state import TrainState
 from marl_ppo.envs.kinds import env_kind
@@ -87,8 +88,9 @@ def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module |
         why = "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
     elif cfg.train.compile:
         why = "train.compile=true (compiling the vmapped update is not measured yet)"
-    elif algorithm(cfg.loss.algorithm).sequential:
-        why = f"loss.algorithm={cfg.loss.algorithm} (each seed would update its groups in an order of its own)"
+    elif algorithm(cfg.loss.algorithm).sequential and cfg.loss.happo.order != "fixed":
+        order = cfg.loss.happo.order
+        why = f"loss.algorithm={cfg.loss.algorithm} with loss.happo.order={order} ({SEEDS_NEED_FIXED_ORDER})"
     elif cfg.log.video:
         why = "log.video=true"
     if why is not None:

@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch.testing import assert_close
 
 from marl_ppo.cli import main
@@ -25,7 +26,9 @@ from marl_ppo.core import happo
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.happo import happo_update, unit_order
 from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.update import ppo_update
+from marl_ppo.run.build import build
 from tests.core.test_bundles import HIDDEN, B, T, move_policies, spec, synthetic_batch
 from tests.run.test_recovery import FPB, ROOT, TINY, assert_straight_equals_crash_then_resume
 
@@ -195,10 +198,86 @@ def test_happo_on_the_depot_game_resumes_exactly(tmp_path, monkeypatch):
     assert_straight_equals_crash_then_resume(cfg, tmp_path, monkeypatch, 4, FPB)
 
 
+SEEDED = {  # HAPPO in a fixed order on real envs: two groups as two units; agents without shared weights as units
+    "two-groups": ["env.scenario=simple_tag", "env.kwargs={}"],
+    "agent-units": ["model.share_params=false"],
+    "gru-two-groups": ["env.scenario=simple_tag", "env.kwargs={}", "model.kind=gru", "model.seq_len=4"],
+}
+
+
+@pytest.mark.parametrize("case", list(SEEDED))
+def test_each_seed_of_a_stack_updates_as_its_single_happo_run(case):
+    """Known answer, as ``tests/core/test_seeds.py`` has it for the joint step: three seeds stacked in one
+    process, HAPPO's units in a fixed order, end with each seed's single-run parameters and Adam moments."""
+    from tests.core.test_seeds import BASE, EPOCHS, MINIBATCH, _of
+
+    runs = []
+    for s in range(3):
+        cfg = load_config(
+            None, [*BASE, *SEEDED[case], "loss.algorithm=happo", "loss.happo.order=fixed", f"train.seed={s}"]
+        )
+        parts = build(cfg)
+        with torch.no_grad():
+            batch = parts.reward_table(parts.env.rollout(8, parts.policy, break_when_any_done=False))
+        parts.env.close()
+        runs.append((parts, batch))
+    assert len(happo.units_of(runs[0][0].router)) > 1  # a sequence of units: M is not all ones
+    lr = runs[0][0].step.optimizer.param_groups[0]["lr"]
+    seq_len = 4 if runs[0][0].router.recurrent_keys else None
+    run = dict(num_epochs=EPOCHS, minibatch_size=MINIBATCH, seq_len=seq_len, order="fixed")
+    stack = SeedStack([copy.deepcopy(parts.router) for parts, _ in runs])
+    step = AggregatedStep(stack.trainable, lr=lr, seeds=stack.seeds)
+    batch = stack.compute_advantages(stack.split(torch.cat([b for _, b in runs])))
+    stats = happo_update(
+        stack, step, batch, generator=[torch.Generator().manual_seed(1000 + s) for s in range(3)], **run
+    )
+    for s, (parts, batch) in enumerate(runs):
+        router = copy.deepcopy(parts.router)
+        single = AggregatedStep(router, lr=lr)
+        single_stats = happo_update(
+            router,
+            single,
+            router.compute_advantages(batch.clone()),
+            generator=torch.Generator().manual_seed(1000 + s),
+            **run,
+        )
+        want, got = router.state_dict(), stack.state_dict(s)
+        moved = 0
+        for key, value in want.items():
+            assert_close(got[key], value, rtol=0, atol=1e-5, msg=f"seed {s}: {key}")
+            moved += int(not torch.equal(value, parts.router.state_dict()[key]))
+        assert moved > 4, "the update moved (almost) nothing: the comparison would prove little"
+        for p_single, p_stacked in zip(single.params, step.params, strict=True):
+            m_single, m_stacked = single.optimizer.state[p_single], step.optimizer.state[p_stacked]
+            for moment in ("exp_avg", "exp_avg_sq"):
+                assert_close(_of(m_stacked[moment], s, 3), m_single[moment], rtol=0, atol=1e-5)
+            assert int(m_stacked["step"]) == int(m_single["step"])  # each unit's parameters stepped as alone
+        for key in single_stats.keys(include_nested=True, leaves_only=True):  # each seed's diagnostics, its own
+            assert_close(stats.get(key)[s], single_stats.get(key), rtol=1e-4, atol=1e-5, msg=str(key))
+
+
+def test_a_stack_of_seeds_refuses_a_random_order_of_units():
+    routers = [
+        build(load_config(None, ["env.num_envs=2", "loss.algorithm=happo", "model.share_params=false"])).router
+        for _ in range(2)
+    ]
+    stack = SeedStack(routers)
+    step = AggregatedStep(stack.trainable, lr=1e-3, seeds=2)
+    with pytest.raises(ValueError, match="set loss.happo.order=fixed"):
+        happo_update(stack, step, TensorDict(batch_size=[2, 4]), num_epochs=1, minibatch_size=2, order="random")
+
+
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["train.seeds=[0,1]"], ["many seeds in one process do not support loss.algorithm=happo"]),
+        (
+            ["train.seeds=[0,1]"],
+            [
+                "many seeds in one process do not support loss.algorithm=happo",
+                "loss.happo.order=random",
+                "set loss.happo.order=fixed",
+            ],
+        ),
         (
             ["env.kind=pettingzoo", "env.scenario=tictactoe_v3", "opponents={player_2: self}"],
             ["loss.algorithm=happo updates the groups one after another", "['player_2']"],

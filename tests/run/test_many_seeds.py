@@ -179,13 +179,15 @@ def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys, config
         ["model.share_params=false"],
         ["model.kind=gru", "model.seq_len=5"],
         ["env.scenario=simple_reference", "env.comm=true", "env.kwargs={}"],
+        ["model.share_params=false", "loss.algorithm=happo", "loss.happo.order=fixed"],
     ],
-    ids=["shared", "unshared", "gru", "composite"],
+    ids=["shared", "unshared", "gru", "composite", "happo"],
 )
 def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, extra):
     """6 iterations, checkpoints every 3, a crash after iteration 4; `--resume` of seed 1's directory resumes
     both seeds from their checkpoints and ends where the uninterrupted group ends, bit for bit (with one
-    network for all agents, each agent its own, a GRU and a composite action, whose losses run seed by seed)."""
+    network for all agents, each agent its own, a GRU and a composite action, whose losses run seed by seed,
+    and HAPPO's agents updated one after another)."""
     from marl_ppo.config import load_config
     from tests.run.test_recovery import FPB, TINY, assert_same_state, comparable, crash_after_logging
 
