@@ -99,7 +99,14 @@ ENV_KINDS: dict[str, EnvKind] = {
         bounded=_mpe_task,  # MPE tasks end at max_cycles; classic games end on their own
         raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
     ),
-    "mamujoco": EnvKind("mamujoco", "marl_ppo.envs.mamujoco:make_mamujoco", vectorised=False, gives_state=True),
+    "mamujoco": EnvKind(
+        "mamujoco",
+        "marl_ppo.envs.mamujoco:make_mamujoco",
+        vectorised=False,
+        renders=True,  # offscreen through OpenGL (MUJOCO_GL, EGL by default): envs/mamujoco.py
+        render_kwargs=(("render_mode", "rgb_array"),),
+        gives_state=True,
+    ),
     # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
     "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False, gives_state=True),
 }

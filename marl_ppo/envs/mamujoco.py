@@ -4,6 +4,9 @@
 how its joints are split among agents (``2x3``: two agents of three joints), ``env.kwargs.agent_obsk``
 how far along the body an agent sees (1 by default), and any other keyword of ``mamujoco_v1.parallel_env``.
 Episodes are truncated at ``env.max_steps`` (MuJoCo's own 1 000 by default in the shipped configs).
+Videos (``log.video``, ``marl-ppo eval --video``) are MuJoCo's own frames (480 x 480; ``env.kwargs``
+``width``/``height`` change it), drawn offscreen through OpenGL: ``MUJOCO_GL=egl`` unless set (EGL
+on a GPU, or Mesa's software renderer on a CPU, about 0.1 s a frame here).
 ``env.state=true`` adds the scenario's global state (``state()``: every joint's position and velocity,
 float32) as the root entry ``state``, for a critic that reads it (``model.critic_inputs``).
 The agents are named ``agent_<i>``, so torchrl groups them as one group ``agent``; with
@@ -18,6 +21,7 @@ Needs the optional extra ``mamujoco`` (``pip install 'marl-ppo[mamujoco]'``).
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -64,6 +68,16 @@ def _without_infos(game: Any) -> Any:
             observations, rewards, terminations, truncations, _ = self.env.step(actions)
             return observations, rewards, terminations, truncations, {a: {} for a in observations}
 
+        def render(self):
+            try:
+                return self.env.render()
+            except Exception as err:  # mujoco.FatalError, gymnasium's RuntimeError: no OpenGL context to draw in
+                raise RuntimeError(
+                    f"MaMuJoCo draws its frames with OpenGL (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}) and could "
+                    f"not: {type(err).__name__}: {err}. Set MUJOCO_GL=egl (a GPU, or Mesa's libEGL), osmesa "
+                    "(libOSMesa) or glfw (a display) before the run starts"
+                ) from err
+
     return _NoInfos(game)
 
 
@@ -72,6 +86,11 @@ def _game(cfg: EnvConfig) -> Any:
     from gymnasium_robotics import mamujoco_v1
 
     kwargs = {"agent_conf": None, "agent_obsk": 1, **cfg.kwargs, "max_episode_steps": cfg.max_steps}
+    if kwargs.get("render_mode") is not None:
+        # Without MUJOCO_GL, gymnasium tries glfw first, which without a display leaves PyOpenGL on a
+        # platform EGL cannot use (mujoco.FatalError at the first frame). EGL draws headless, on a GPU
+        # or with Mesa's software renderer; a MUJOCO_GL the user set is kept. Read at the first frame.
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         return mamujoco_v1.parallel_env(cfg.scenario, **kwargs)
     except TypeError as err:

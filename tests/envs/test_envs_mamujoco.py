@@ -78,3 +78,16 @@ def test_the_missing_extra_is_named(tmp_path, capsys, monkeypatch):
     assert main(["train", *TINY, f"log.root={tmp_path / 'runs'}"]) == 1
     assert "pip install 'marl-ppo[mamujoco]'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_frame_opengl_cannot_draw_names_mujoco_gl(monkeypatch):
+    from marl_ppo.envs.mamujoco import _game, _without_infos
+    from marl_ppo.envs.options import EnvConfig
+
+    monkeypatch.setenv("MUJOCO_GL", "nonsense")
+    kwargs = {"agent_conf": "2x3", "render_mode": "rgb_array", "width": 32, "height": 32}
+    game = _without_infos(_game(EnvConfig(kind="mamujoco", scenario="HalfCheetah", kwargs=kwargs)))
+    game.reset(seed=0)
+    with pytest.raises(RuntimeError, match=r"OpenGL \(MUJOCO_GL='nonsense'\) and could not: .* Set MUJOCO_GL=egl"):
+        game.render()
+    game.close()

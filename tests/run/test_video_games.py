@@ -3,7 +3,8 @@
 Each game is built with ``render_mode="rgb_array"`` for an evaluation that records (the env kind's
 ``render_kwargs``), and ``render(env_index=i)`` draws copy ``i``: in ``ParallelGames`` (MPE),
 ``AecGames`` (tic-tac-toe) and the adapter's ``SerialEnv`` (pistonball, whose copies resize their
-frames). Drawing changes nothing the policy sees: the returns are the same with and without video.
+frames); MaMuJoCo's robots in ``ParallelGames``, drawn by MuJoCo offscreen. Drawing changes nothing
+the policy sees: the returns are the same with and without video.
 """
 
 from __future__ import annotations
@@ -53,15 +54,22 @@ def _record(cfg):
             ["env.max_steps=5", "env.kwargs={n_pistons: 3}", "env.image.size=[32, 8]", "env.image.frames=1"],
             SerialEnvKeepingThreads,
         ),
+        (
+            "halfcheetah_2x3_mappo",
+            ["env.max_steps=4", "env.num_envs=1", "env.kwargs={agent_conf: 2x3, width: 64, height: 48}"],
+            ParallelGames,
+        ),
     ],
-    ids=["mpe-parallel-games", "tictactoe-aec-games", "pistonball-serial-env"],
+    ids=["mpe-parallel-games", "tictactoe-aec-games", "pistonball-serial-env", "mamujoco-parallel-games"],
 )
 def test_an_evaluation_records_the_games_frames_and_plays_the_same(config, overrides, stepper):
-    if config == "pistonball":
-        pytest.importorskip("pymunk")
+    """(MaMuJoCo draws offscreen through OpenGL: EGL, as ``MUJOCO_GL`` defaults to.)"""
+    pytest.importorskip({"pistonball": "pymunk", "halfcheetah_2x3_mappo": "gymnasium_robotics"}.get(config, "numpy"))
     frames, used = _record(load_config(config, [*QUICK, *overrides]))
     assert isinstance(used, stepper)
     assert len(frames) >= 2 and all(f.dtype == np.uint8 and f.ndim == 3 and f.shape[-1] == 3 for f in frames)
+    if config == "halfcheetah_2x3_mappo":
+        assert frames[0].shape == (48, 64, 3)  # the size env.kwargs asked for
     assert any(not np.array_equal(frames[0], f) for f in frames[1:])  # the game moved on
 
 
