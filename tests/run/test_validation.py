@@ -54,8 +54,8 @@ BAD = [
         ["env.multidiscrete_actions=true", "VMAS option"],
     ),
     (
-        ["env.kind=mamujoco", "env.scenario=HalfCheetah", "env.kwargs={agent_conf: 2x3}", "log.video=true"],
-        ["log.video=true", "env.kind='mamujoco' does not render", "'vmas'", "'pettingzoo'"],
+        ["env.kind=custom", "env.factory=tests/envs/custom_envs.py:make_depot", "env.kwargs={}", "log.video=true"],
+        ["log.video=true", "env.kind='custom' does not render", "'vmas'", "'pettingzoo'", "'mamujoco'"],
     ),
     (
         ["env.kind=pettingzoo", "env.scenario=simple_spread_v3", "env.parallel=true", "log.video=true"],
