@@ -5,14 +5,19 @@ For each shipped config named (MAgent2 ``battle_vs_random``, butterfly ``pistonb
 for the second batch: the collection time (the run's ``time/collect_s``: env copies stepped by
 torchrl's collector with the policy sampling actions, the image transforms included) and the update
 time (``time/update_s``: the config's policy and critic, a CNN for the image games). The same number
-of env steps is then taken by the PettingZoo env alone (its parallel API, random actions from its
-action spaces, no torch): collection / env is what the framework adds to the env's own stepping.
+of env steps is then taken by as many PettingZoo games alone, stepped in turn (their parallel API,
+random actions drawn beforehand from their action spaces, no torch): collection / env is what the
+framework adds to the games' own stepping.
 Last, the bytes of one batch's image entry as stored (``uint8`` for pistonball) and as float32,
 and the child process's peak RSS.
 
     .venv/bin/python examples/benchmarks/env_families.py                # the three configs
     .venv/bin/python examples/benchmarks/env_families.py --configs pistonball --frames-per-batch 2000
+    .venv/bin/python examples/benchmarks/env_families.py --configs halfcheetah_2x3_mappo --num-envs 10,20,40
     .venv/bin/python examples/benchmarks/env_families.py --quick        # smoke: a minute
+
+``--num-envs`` runs each config once per copy count (the frames of a batch unchanged, so more
+copies take fewer steps each): the framework's cost per step is spread over more copies.
 """
 
 from __future__ import annotations
@@ -53,24 +58,44 @@ def _train(config: str, fpb: int, root: Path, extra: list[str]) -> dict:
 
 
 def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, int]:
-    """Seconds for ``steps`` env steps of the config's PettingZoo env alone (random actions), and its agents."""
+    """Seconds for ``steps`` steps of the config's PettingZoo games alone (random actions), and their agents.
+
+    The games are as many as the run's copies (``env.num_envs``), stepped in turn ``steps / copies``
+    times each, as collection steps them: many games' data outgrow the caches that one game's fits in
+    (80 HalfCheetahs step 1.1x slower than one), and that cost is the games', not the framework's.
+    """
     from marl_ppo.config import load_config
 
     cfg = load_config(config, overrides)
+    copies = cfg.env.num_envs
     if cfg.env.kind == "mamujoco":
         from marl_ppo.envs.mamujoco import _game
 
-        env = _game(cfg.env)
+        games = [_game(cfg.env) for _ in range(copies)]
     else:
-        env = importlib.import_module(cfg.env.scenario).parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs)
-    env.reset(seed=0)
-    agents = len(env.agents)
+        module = importlib.import_module(cfg.env.scenario)
+        games = [module.parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs) for _ in range(copies)]
+    for k, env in enumerate(games):
+        env.reset(seed=k)
+        for a in env.possible_agents:
+            env.action_space(a).seed(k)
+    agents = len(games[0].agents)
+    # the actions are drawn before the clock starts: gymnasium's ``Space.sample`` costs MaMuJoCo 40 % of
+    # its step, which would be counted as the game's own time
+    actions = [
+        [{a: env.action_space(a).sample() for a in env.possible_agents} for env in games]
+        for _ in range(steps // copies)
+    ]
     start = time.perf_counter()
-    for _ in range(steps):
-        if not env.agents:
-            env.reset()
-        env.step({a: env.action_space(a).sample() for a in env.agents})
-    return time.perf_counter() - start, agents
+    for step in actions:
+        for env, act in zip(games, step):
+            if not env.agents:
+                env.reset()
+            env.step({a: act[a] for a in env.agents})
+    seconds = time.perf_counter() - start
+    for env in games:
+        env.close()
+    return seconds, agents
 
 
 def _batch_bytes(config: str, fpb: int, overrides: list[str]) -> tuple[int, int, str]:
@@ -94,14 +119,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="battle_vs_random,pistonball,halfcheetah_2x3_mappo")
     parser.add_argument("--frames-per-batch", type=int, default=None, help="default: each config's own")
+    parser.add_argument("--num-envs", default=None, help="comma-separated copy counts; default: each config's own")
     parser.add_argument("--quick", action="store_true", help="small batches, a minute")
     args = parser.parse_args()
-    rows = []
-    for config in args.configs.split(","):
-        from marl_ppo.config import load_config
+    from marl_ppo.config import load_config
 
+    copy_counts = [int(n) for n in args.num_envs.split(",")] if args.num_envs else [None]
+    rows = []
+    for config, copies in ((c, n) for c in args.configs.split(",") for n in copy_counts):
         fpb = args.frames_per_batch or (400 if args.quick else load_config(config).train.frames_per_batch)
-        extra = ["env.num_envs=2", "train.num_epochs=1"] if args.quick else []
+        # a checkpoint at the end only: a checkpoint restarts the episodes, which many copies' short
+        # batches would never let reach their end (the config refuses that)
+        extra = ["log.checkpoint_every=0", f"train.frames_per_batch={fpb}"]
+        extra += ["env.num_envs=2", "train.num_epochs=1"] if args.quick else []
+        if copies is not None:
+            extra.append(f"env.num_envs={copies}")
         with tempfile.TemporaryDirectory() as tmp:
             run = _train(config, fpb, Path(tmp), extra)
         env_s, agents = _env_alone(config, fpb, extra)  # fpb env steps: copies x steps of the batch
@@ -110,6 +142,7 @@ def main() -> None:
             {
                 "config": config,
                 "frames_per_batch": fpb,
+                "num_envs": load_config(config, extra).env.num_envs,
                 "agents": agents,
                 "env_alone_s": round(env_s, 2),
                 "collect_s": round(run["collect_s"], 2),
