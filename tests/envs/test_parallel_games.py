@@ -25,7 +25,7 @@ from marl_ppo.config import load_config
 from marl_ppo.envs.lean_step import LeanParallelStep
 from marl_ppo.envs.mamujoco import make_mamujoco
 from marl_ppo.envs.options import EnvConfig, ImageOptions
-from marl_ppo.envs.parallel_games import ParallelGames, parallel_games_refusal
+from marl_ppo.envs.parallel_games import ParallelGames, _WholeCopies, parallel_games_refusal
 from marl_ppo.envs.pettingzoo import copy_factory, make_pettingzoo
 from marl_ppo.run.trainer import Trainer
 from tests.same_run import assert_same_run
@@ -169,3 +169,46 @@ def test_a_mamujoco_run_is_the_same_either_way(tmp_path, monkeypatch):
     assert_same_run(plain, lean, tmp_path / "serial", tmp_path / "lean")
     notes = (tmp_path / "lean" / "run.log").read_text()
     assert "env: 2 copies of" in notes and "stepped by ParallelGames" in notes
+
+
+def test_whole_copies_write_what_the_per_copy_write_writes():
+    """The two write paths of a step, on hand-made game outputs: flags set on live agents (a game may
+    keep a finished agent in ``agents``), rewards given as numbers and one-element arrays, two groups.
+
+    The rollouts above never reach such a step through the whole-copy path (their games drop an agent
+    that ends), so it is fed by hand here: every entry must equal ``_write``'s, copy by copy.
+    """
+    env = make_pettingzoo(CASES["mpe-continuous"], seed=0, num_envs=3)
+    games = env.base_env if hasattr(env, "base_env") else env
+    layouts = games._layouts
+    assert len(layouts) == 2  # adversaries and the agent
+    names = [a for grp in layouts for a in grp.agents]
+    rng = np.random.default_rng(0)
+    steps = []
+    for i in range(3):
+        observations = {
+            a: rng.normal(size=games.full_observation_spec[g.name, "observation"].shape[-1])
+            for g in layouts
+            for a in g.agents
+        }
+        rewards = {a: (float(rng.normal()) if k % 2 else np.array([rng.normal()])) for k, a in enumerate(names)}
+        terminations = {a: bool(rng.integers(2)) for a in names}
+        truncations = {a: bool(rng.integers(2)) for a in names}
+        steps.append((observations, rewards, terminations, truncations, {}))
+    game = type("Game", (), {"agents": list(names)})()
+    whole_arrays = [grp.arrays(3, step=True) for grp in layouts]
+    plain_arrays = [grp.arrays(3, step=True) for grp in layouts]
+    whole = _WholeCopies(layouts)
+    for i, step in enumerate(steps):
+        assert whole.take(i, game, step)
+        games._write(i, game, step, plain_arrays)
+    whole.write(whole_arrays)
+    assert any(f for s in steps for f in s[2].values()) and any(f for s in steps for f in s[3].values())
+    for grp, ours, theirs in zip(layouts, whole_arrays, plain_arrays):
+        assert ours.keys() == theirs.keys()
+        for key in ours:
+            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=f"{grp.name}/{key}")
+    # a copy with an agent gone is not taken (the per-copy write handles its departed agents)
+    gone = type("Game", (), {"agents": names[1:]})()
+    assert not _WholeCopies(layouts).take(0, gone, steps[0])
+    env.close()
