@@ -7,7 +7,11 @@ torchrl's collector with the policy sampling actions, the image transforms inclu
 time (``time/update_s``: the config's policy and critic, a CNN for the image games). The same number
 of env steps is then taken by as many PettingZoo games alone, stepped in turn (their parallel API,
 random actions drawn beforehand from their action spaces, no torch): collection / env is what the
-framework adds to the games' own stepping.
+framework adds to the games' own stepping. For a game PettingZoo converts from turn-based (AEC)
+play (pistonball, MPE), ``env_lean_s`` also times the games through the framework's lean conversion
+(``marl_ppo/envs/aec_parallel.py``: PettingZoo's step renders each agent's observation twice and
+throws one away), the cheapest stepping of the same games: ``collect_over_env_lean`` is what the
+framework adds to that.
 Last, the bytes of one batch's image entry as stored (``uint8`` for pistonball) and as float32,
 and the child process's peak RSS.
 
@@ -57,14 +61,17 @@ def _train(config: str, fpb: int, root: Path, extra: list[str]) -> dict:
     return {"collect_s": last("collect_s"), "update_s": last("update_s"), "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
-def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, int]:
+def _env_alone(config: str, steps: int, overrides: list[str], lean: bool = False) -> tuple[float, int] | None:
     """Seconds for ``steps`` steps of the config's PettingZoo games alone (random actions), and their agents.
 
     The games are as many as the run's copies (``env.num_envs``), stepped in turn ``steps / copies``
     times each, as collection steps them: many games' data outgrow the caches that one game's fits in
     (80 HalfCheetahs step 1.1x slower than one), and that cost is the games', not the framework's.
+    ``lean``: the games through the framework's lean AEC-to-parallel conversion (``None`` for games
+    that PettingZoo does not convert from AEC), which skips the observations PettingZoo's throws away.
     """
     from marl_ppo.config import load_config
+    from marl_ppo.envs.aec_parallel import lean_parallel_game
 
     cfg = load_config(config, overrides)
     copies = cfg.env.num_envs
@@ -75,6 +82,11 @@ def _env_alone(config: str, steps: int, overrides: list[str]) -> tuple[float, in
     else:
         module = importlib.import_module(cfg.env.scenario)
         games = [module.parallel_env(max_cycles=cfg.env.max_steps, **cfg.env.kwargs) for _ in range(copies)]
+    if lean:
+        converted = [lean_parallel_game(env) for env in games]
+        if all(c is g for c, g in zip(converted, games)):
+            return None
+        games = converted
     for k, env in enumerate(games):
         env.reset(seed=k)
         for a in env.possible_agents:
@@ -137,6 +149,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             run = _train(config, fpb, Path(tmp), extra)
         env_s, agents = _env_alone(config, fpb, extra)  # fpb env steps: copies x steps of the batch
+        lean = _env_alone(config, fpb, extra, lean=True)
         stored, as_f32, dtype = _batch_bytes(config, fpb, extra)
         rows.append(
             {
@@ -147,6 +160,8 @@ def main() -> None:
                 "env_alone_s": round(env_s, 2),
                 "collect_s": round(run["collect_s"], 2),
                 "collect_over_env": round(run["collect_s"] / env_s, 2),
+                "env_lean_s": round(lean[0], 2) if lean else "-",
+                "collect_over_env_lean": round(run["collect_s"] / lean[0], 2) if lean else "-",
                 "collect_frames_per_s": round(fpb / run["collect_s"], 1),
                 "update_s": round(run["update_s"], 2),
                 "update_frames_per_s": round(fpb / run["update_s"], 1),

@@ -8,8 +8,10 @@ about 30 times the game's own step. For a parallel game whose groups observe pla
 neither action masks nor infos, :class:`LeanParallelStep` stacks each group's live agents'
 observations, rewards and flags and writes them in one assignment each (and the game's global
 state, with ``return_state``, as torchrl encodes it); every other game takes
-torchrl's step. ``tests/envs/test_lean_step.py`` checks both give the same tensordicts, agents that
-die included.
+torchrl's step. A turn-based game converted by PettingZoo's ``aec_to_parallel_wrapper`` is
+stepped through :class:`~marl_ppo.envs.aec_parallel.LeanAecToParallel`, which does not render the
+observations that wrapper throws away. ``tests/envs/test_lean_step.py`` checks both give the same
+tensordicts, agents that die included.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.data import Categorical, Composite, OneHot
+
+from marl_ppo.envs.aec_parallel import lean_parallel_game
 
 __all__ = ["LeanParallelStep", "reward_value"]
 
@@ -32,6 +36,11 @@ class LeanParallelStep:
     """Mixin before torchrl's ``PettingZooWrapper``: the lean step where the game allows it (``lean``: the switch)."""
 
     lean = True
+
+    def _build_env(self, env, *args, **kwargs):
+        # a turn-based game behind PettingZoo's parallel conversion: stepped without the observations
+        # that conversion renders and throws away (marl_ppo/envs/aec_parallel.py)
+        return super()._build_env(lean_parallel_game(env) if self.lean else env, *args, **kwargs)
 
     def lean_plan(self) -> list[tuple[str, list[str], torch.dtype]] | None:
         """``[(group, agents, observation dtype)]`` if this game takes the lean step, else ``None``; read once."""
