@@ -196,6 +196,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(
         "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_step_parallel", "call", "envs/lean_step.py", ("tensordict",)
     ),
+    # the game handed to the wrapper, PettingZoo's AEC-to-parallel conversion made lean (envs/aec_parallel.py)
+    PrivateName(
+        "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_build_env", "override", "envs/lean_step.py", ("env",)
+    ),
     PrivateName(
         "torchrl.envs.libs.pettingzoo.PettingZooWrapper", "_update_agent_mask", "call", "envs/lean_step.py", ("td",)
     ),
