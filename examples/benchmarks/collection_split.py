@@ -5,7 +5,8 @@ builds it (one thread), and its fourth batch (``--warmup``: three before it; the
 for growing the allocator, about 1.5 ms a step with 8 copies) is collected with clocks around each game's ``step``
 and ``reset``, ``ParallelGames._step``, the env's ``step_and_maybe_reset`` and the policy's forward.
 What is left of the batch is the collector's own work (torchrl's ``Collector``: a tensordict per
-step kept, stacked into the batch, and the batch cloned at the end). A clock costs about a
+step kept and stacked into its buffer, which the trainer reuses; ``--clone``: the batch cloned at
+the end as well, as in a run with an ``on_batch_collected`` callback). A clock costs about a
 microsecond; the figures are per collection step (all copies), in milliseconds.
 
     .venv/bin/python examples/benchmarks/collection_split.py                       # battle_vs_random, 8 copies
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("--config", default="battle_vs_random")
     parser.add_argument("--num-envs", type=int, default=None, help="default: the config's own")
     parser.add_argument("--frames-per-batch", type=int, default=None, help="default: the config's own")
+    parser.add_argument("--clone", action="store_true", help="each batch cloned (a run with on_batch_collected)")
     parser.add_argument(
         "--warmup",
         type=int,
@@ -65,7 +67,9 @@ def main() -> None:
     games._step = clocked("ParallelGames._step", games._step)
     env.step_and_maybe_reset = clocked("env step", env.step_and_maybe_reset)
     policy.forward = clocked("policy", policy.forward)
-    collector = build_collector(cfg, env, policy, total_frames=(args.warmup + 2) * cfg.train.frames_per_batch)
+    collector = build_collector(
+        cfg, env, policy, total_frames=(args.warmup + 2) * cfg.train.frames_per_batch, reuse_batch=not args.clone
+    )
     batches = iter(collector)
     for _ in range(args.warmup):
         next(batches)
@@ -80,7 +84,9 @@ def main() -> None:
         "ParallelGames (reading and writing the games' values)": seconds["ParallelGames._step"] - seconds["games"],
         "torchrl's step, transforms, resets": seconds["env step"] - seconds["ParallelGames._step"],
         "policy (every group's, opponents included)": seconds["policy"],
-        "collector (steps kept, stacked, the batch cloned)": total - seconds["env step"] - seconds["policy"],
+        "collector (steps kept, stacked" + (", the batch cloned)" if args.clone else " into its buffer)"): total
+        - seconds["env step"]
+        - seconds["policy"],
         "collection": total,
     }
     print(f"{args.config}: {cfg.env.num_envs} copies, {cfg.train.frames_per_batch} frames, {steps} steps a copy")

@@ -23,6 +23,14 @@ Policy weights go to the workers once before the first batch and after every upd
 Every collector says what it is (``description``); where the lean VMAS path declined the env,
 ``declined`` says why (the run records both).
 
+``reuse_batch`` (``direct`` with torchrl's ``Collector``, on the CPU): the batch is torchrl's preallocated buffer
+(``return_same_td=True``) instead of its clone, so its tensors are overwritten by the next
+collection. A batch is then valid until the next one is drawn; each is a shallow copy, so keys a
+consumer adds (advantages) are its own and never reach the buffer. The clone of a batch is what it
+saves: about a fifth of MAgent2 battle's collection with 8 copies, a third with 128 copies and
+16 000 frames, and half the peak memory there (docs/performance.md). The trainer asks for it when no
+callback reads the batch (:mod:`marl_ppo.run.callbacks`).
+
 >>> from marl_ppo import GroupRouter, read_group_specs
 >>> from marl_ppo.envs import EnvConfig, make_env
 >>> env = make_env(EnvConfig(num_envs=4, max_steps=10))
@@ -69,19 +77,29 @@ class FlatCollector:
     """Wraps a torchrl collector; yields batches ``[envs, T]`` whatever the backend.
 
     ``stacked``: the collector yields ``[workers, envs_per_worker, T]`` (flattened to ``[envs, T]``).
+    ``reused``: the collector yields its own buffer each time (``return_same_td``); each batch is
+    then a shallow copy of it, so that keys added downstream stay out of the next batch.
     """
 
     def __init__(
-        self, collector: BaseCollector, *, stacked: bool, description: str, declined: str | None = None
+        self,
+        collector: BaseCollector,
+        *,
+        stacked: bool,
+        description: str,
+        declined: str | None = None,
+        reused: bool = False,
     ) -> None:
         self.collector = collector
         self.stacked = stacked
         self.description = description
         self.declined = declined
+        self.reused = reused
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         for batch in self.collector:
-            yield batch.flatten(0, 1) if self.stacked else batch
+            batch = batch.flatten(0, 1) if self.stacked else batch
+            yield batch.copy() if self.reused else batch  # copy(): new tensordicts, the same tensors
 
     def update_policy_weights_(self) -> None:
         """Sends the policy's current weights to the workers (a no-op for ``direct``)."""
@@ -117,6 +135,7 @@ def make_collector(
     backend: Backend = "direct",
     env_fns: Sequence[Callable[[], EnvBase]] = (),
     lean: bool = True,
+    reuse_batch: bool = False,
 ) -> BatchCollector:
     """The collector of ``backend``: ``env`` for ``direct``, one env factory per worker (``env_fns``) otherwise.
 
@@ -124,6 +143,8 @@ def make_collector(
     With ``lean`` (the default), ``direct`` on an env and policy that
     :func:`~marl_ppo.collect.lean_vmas.lean_vmas_collector` takes gets that collector: the same batches
     (keys, shapes, values, episode ends, restarts) as torchrl's ``Collector``, faster.
+    ``reuse_batch``: torchrl's ``Collector`` (``direct``) yields its buffer, not a clone (the module's
+    docstring); the lean VMAS collector's batches are fresh either way.
     """
     common: dict[str, Any] = dict(frames_per_batch=frames_per_batch, total_frames=total_frames, device=device)
     if backend == "direct":
@@ -133,11 +154,16 @@ def make_collector(
             if lean_collector is not None:
                 return lean_collector
             declined = lean_vmas_refusal(env, policy, frames_per_batch=frames_per_batch, device=device)
+        # on CUDA, torchrl's return_same_td also runs the collection on a stream of its own entered
+        # inside its generator (left current while the batch is used): kept to the CPU, where it is measured
+        on_cpu = all(torch.device(d).type == "cpu" for d in (device or "cpu", env.device or "cpu"))
+        reuse_batch = reuse_batch and on_cpu
         return FlatCollector(
-            Collector(env, policy, auto_register_policy_transforms=False, **common),
+            Collector(env, policy, auto_register_policy_transforms=False, return_same_td=reuse_batch, **common),
             stacked=False,
-            description="torchrl Collector (direct, in this process)",
+            description="torchrl Collector (direct, in this process" + (", its buffer reused)" if reuse_batch else ")"),
             declined=declined,
+            reused=reuse_batch,
         )
     if backend not in ("process", "ray"):
         raise ValueError(f"unknown collector backend {backend!r}; use 'direct', 'process' or 'ray'")

@@ -240,11 +240,19 @@ def worker_env_fns(cfg: Config, state: Any = None) -> list[Callable[[], EnvBase]
 
 
 def build_collector(
-    cfg: Config, env: EnvBase, policy: Any, *, total_frames: int, lean: bool = True, seeds: int = 1
+    cfg: Config,
+    env: EnvBase,
+    policy: Any,
+    *,
+    total_frames: int,
+    lean: bool = True,
+    seeds: int = 1,
+    reuse_batch: bool = False,
 ) -> BatchCollector:
     """The collector of ``train.collector`` (:func:`~marl_ppo.collect.collectors.make_collector`): ``env`` for
     ``direct``, a seeded share of ``env.num_envs`` per worker otherwise. ``seeds``: S seeds' env copies in
-    ``env``, each seed collecting ``train.frames_per_batch`` a batch (``total_frames`` is per seed)."""
+    ``env``, each seed collecting ``train.frames_per_batch`` a batch (``total_frames`` is per seed).
+    ``reuse_batch``: each batch valid until the next is drawn (``make_collector``'s)."""
     backend = cfg.train.collector.backend
     env_fns = worker_env_fns(cfg, state_spec(policy)) if backend != "direct" else ()
     return make_collector(
@@ -256,6 +264,7 @@ def build_collector(
         backend=backend,
         env_fns=env_fns,
         lean=lean,
+        reuse_batch=reuse_batch,
     )
 
 

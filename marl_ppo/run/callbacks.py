@@ -5,7 +5,9 @@ trainer first. Per iteration, in this order:
 
 =============================================  ============================================
 ``on_batch_collected(trainer, batch)``         after collection, the reward table and the
-                                               advantages: the batch the update trains on
+                                               advantages: the batch the update trains on (its
+                                               own: a run without this hook reuses the
+                                               collector's buffer for every batch instead)
 ``on_evaluation_end(trainer, returns)``        after an evaluation (every ``log.eval_every``
                                                iterations, and the final one): ``{group: return}``
 ``on_update_end(trainer, stats)``              after the iteration is logged: ``stats`` is its
@@ -78,6 +80,13 @@ class Callbacks:
     @property
     def names(self) -> list[str]:
         return [_name(cb) for cb in self.callbacks]
+
+    def has(self, hook: str) -> bool:
+        """Whether a callback implements ``hook`` (:class:`Callback`'s own no-op does not count)."""
+        return any(
+            callable(getattr(cb, hook, None)) and getattr(type(cb), hook, None) is not getattr(Callback, hook)
+            for cb in self.callbacks
+        )
 
     def __call__(self, hook: str, trainer, *args: Any) -> None:
         for cb in self.callbacks:

@@ -53,17 +53,17 @@ def start_notes(run_dir: Path, collector: str, train: TrainConfig) -> None:
         note(run_dir, f"frames: {rounded_budget(train)}")
 
 
-def collector_text(collector, env: Any = None) -> str:
+def collector_text(collector, env: Any = None, seeds: int = 1) -> str:
     """The collector a run got, in one line (its notes and ``summary.json`` keep it), with the reason the
-    lean VMAS path declined where it did and how ``env`` steps where it says
-    (:class:`~marl_ppo.envs.aec_games.AecGames`)."""
+    lean VMAS path declined where it did, how ``env`` steps where it says
+    (:class:`~marl_ppo.envs.aec_games.AecGames`) and the ``seeds`` it collects for where more than one."""
     text = collector.description
     if collector.declined:
         text += f"; the lean VMAS collector declined: {collector.declined}"
     stepping = getattr(env.base_env if isinstance(env, TransformedEnv) else env, "description", None)
     if isinstance(stepping, str):
         text += f"; {stepping}"
-    return text
+    return text + (f", {seeds} seeds in one process (train.seeds)" if seeds > 1 else "")
 
 
 def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str, Any]:

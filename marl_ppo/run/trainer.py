@@ -169,10 +169,9 @@ class Trainer:
         if remaining <= 0 or self._stop_requested:  # finished or stopped: each seed completes or keeps its record
             return self._result([self._completed(s) for s in range(len(self.records))])
         remaining = -(-remaining // cfg.train.frames_per_batch) * cfg.train.frames_per_batch  # whole batches
-        collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds)
-        self.collector_used = collector_text(collector, self.env)
-        if state.seeds > 1:
-            self.collector_used += f", {state.seeds} seeds in one process (train.seeds)"
+        reuse = dict(reuse_batch=not self.callbacks.has("on_batch_collected"))  # a batch no callback reads: not cloned
+        collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds, **reuse)
+        self.collector_used = collector_text(collector, self.env, seeds=state.seeds)
         for record in self.records:
             start_notes(record.run_dir, self.collector_used, cfg.train)
         resumed = self.records[0].resume

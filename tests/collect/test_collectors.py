@@ -214,6 +214,63 @@ def test_training_with_the_lean_collector_equals_torchrls(tmp_path, monkeypatch)
     assert_same_run(plain, lean, tmp_path / "torchrl", tmp_path / "lean")
 
 
+GRU = ("model.kind=gru", "model.seq_len=5")  # the lean VMAS path declines it: torchrl's Collector runs
+
+
+def test_a_reused_batch_holds_what_a_cloned_one_holds_until_the_next_is_drawn():
+    """``reuse_batch``: the same values as torchrl's clone, in one buffer; keys added stay out of it."""
+
+    def collect(reuse: bool):
+        cfg = _cfg("direct", *GRU)
+        parts = build(cfg)
+        collector = build_collector(
+            cfg, parts.env, parts.router.policy, total_frames=3 * cfg.train.frames_per_batch, reuse_batch=reuse
+        )
+        kept, values = [], []
+        for batch in collector:
+            assert ("agents", "advantage") not in batch.keys(True)  # the previous batch's, added below
+            kept.append(batch)
+            values.append(batch.clone())
+            batch.set(("agents", "advantage"), torch.zeros_like(batch["next", "agents", "reward"]))
+        collector.shutdown()
+        return collector, kept, values
+
+    cloned, kept_cloned, expected = collect(reuse=False)
+    reused, kept, got = collect(reuse=True)
+    assert "its buffer reused" in reused.description and "reused" not in cloned.description
+    assert len(got) == len(expected) == 3
+    for e, g in zip(expected, got, strict=True):
+        assert (e == g).all()  # every key, bit for bit
+    obs = ("agents", "observation")
+    assert kept[0][obs].data_ptr() == kept[2][obs].data_ptr()  # one buffer, overwritten
+    assert not torch.equal(got[0][obs], kept[0][obs])  # the first batch's values are gone
+    assert kept_cloned[0][obs].data_ptr() != kept_cloned[2][obs].data_ptr()
+
+
+def test_a_run_reuses_the_batch_only_where_no_callback_reads_it(tmp_path):
+    """The same run with and without a batch-reading callback: the same parameters and logs; the
+    callback's batches are its own (kept ones are not overwritten by the next collection)."""
+    kept = []
+
+    class Keep:
+        def on_batch_collected(self, trainer, batch):
+            kept.append((batch, batch.clone()))
+
+    class Quiet:  # a callback without the hook
+        def on_update_end(self, trainer, stats):
+            pass
+
+    cfg = _cfg("direct", *GRU, "train.total_frames=120")
+    reading = Trainer(cfg, run_dir=tmp_path / "reading", callbacks=[Keep()])
+    assert "reused" not in reading.fit()["collector"]
+    plain = Trainer(cfg, run_dir=tmp_path / "plain", callbacks=[Quiet()])
+    assert "its buffer reused" in plain.fit()["collector"]
+    assert_same_run(reading, plain, tmp_path / "reading", tmp_path / "plain")
+    assert len(kept) == 3
+    for batch, at_the_time in kept:
+        assert (batch == at_the_time).all()
+
+
 def test_lean_vmas_collector_declines_what_it_cannot_reproduce():
     from tensordict.nn import TensorDictModule
 
@@ -242,7 +299,7 @@ def test_the_run_records_which_collector_ran_and_why_the_lean_path_declined(tmp_
     gru = Trainer(_cfg("direct", "model.kind=gru", "model.seq_len=5"), run_dir=tmp_path / "gru")
     summary = gru.fit()
     assert summary["collector"].startswith(
-        "torchrl Collector (direct, in this process); the lean VMAS collector declined: "
+        "torchrl Collector (direct, in this process, its buffer reused); the lean VMAS collector declined: "
     ), summary["collector"]
     assert "other transforms than the time limit and the episode returns" in summary["collector"]
     assert "TensorDictPrimer" in summary["collector"]  # the recurrent states' entries

@@ -22,7 +22,7 @@ import pytest
 
 from marl_ppo.cli import main
 from marl_ppo.config import load_config
-from marl_ppo.run.callbacks import Callback, CallbackError
+from marl_ppo.run.callbacks import Callback, CallbackError, Callbacks
 from marl_ppo.run.checkpoints import load_checkpoint
 from marl_ppo.run.logger import read_scalars
 from marl_ppo.run.trainer import Trainer
@@ -265,6 +265,20 @@ def test_a_callback_can_end_the_run_early(tmp_path):
 def test_an_object_with_no_hook_is_refused():
     with pytest.raises(TypeError, match="has none of the hooks"):
         Trainer(load_config(overrides=TINY), callbacks=[object()])
+
+
+def test_a_hook_counts_as_implemented_only_where_a_callback_defines_it():
+    class Reads(Callback):
+        def on_batch_collected(self, trainer, batch):
+            pass
+
+    class Plain:
+        def on_update_end(self, trainer, stats):
+            pass
+
+    assert not Callbacks([Callback(), Plain()]).has("on_batch_collected")  # the base class's no-op
+    assert Callbacks([Plain(), Reads()]).has("on_batch_collected")
+    assert Callbacks([Plain()]).has("on_update_end") and not Callbacks().has("on_update_end")
 
 
 # -- plots -----------------------------------------------------------------------------------------
