@@ -23,13 +23,13 @@ Policy weights go to the workers once before the first batch and after every upd
 Every collector says what it is (``description``); where the lean VMAS path declined the env,
 ``declined`` says why (the run records both).
 
-``reuse_batch`` (``direct`` with torchrl's ``Collector``, on the CPU): the batch is torchrl's preallocated buffer
-(``return_same_td=True``) instead of its clone, so its tensors are overwritten by the next
-collection. A batch is then valid until the next one is drawn; each is a shallow copy, so keys a
-consumer adds (advantages) are its own and never reach the buffer. The clone of a batch is what it
-saves: about a fifth of MAgent2 battle's collection with 8 copies, a third with 128 copies and
-16 000 frames, and half the peak memory there (docs/performance.md). The trainer asks for it when no
-callback reads the batch (:mod:`marl_ppo.run.callbacks`).
+``reuse_batch`` (``direct`` with torchrl's ``Collector``, on the CPU): the batch is torchrl's
+preallocated buffer (``return_same_td=True``) instead of its clone, so its tensors are overwritten
+by the next collection. A batch is then valid until the next one is drawn; each is a shallow copy,
+so keys a consumer adds (advantages) are its own and never reach the buffer. The clone of a batch
+is what it saves: about a tenth of MAgent2 battle's collection with 8 copies, 28 % with 128 copies
+and 16 000 frames, and half the peak memory there (docs/performance.md). The trainer asks for it
+when no callback reads the batch (:mod:`marl_ppo.run.callbacks`).
 
 >>> from marl_ppo import GroupRouter, read_group_specs
 >>> from marl_ppo.envs import EnvConfig, make_env
