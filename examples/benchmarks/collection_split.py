@@ -2,8 +2,9 @@
 
 A config whose copies ``ParallelGames`` steps (MAgent2, MPE, MaMuJoCo) is built as ``marl-ppo train``
 builds it (one thread), and its fourth batch (``--warmup``: three before it; the second still pays
-for growing the allocator, about 1.5 ms a step with 8 copies) is collected with clocks around each game's ``step``
-and ``reset``, ``ParallelGames._step``, the env's ``step_and_maybe_reset`` and the policy's forward.
+for growing the allocator, about 1.5 ms a step with 8 copies) is collected with clocks around each
+game's ``step`` and ``reset``, ``ParallelGames._step``, the env's ``step_and_maybe_reset`` and the
+policy's forward.
 What is left of the batch is the collector's own work (torchrl's ``Collector``: a tensordict per
 step kept and stacked into its buffer, which the trainer reuses; ``--clone``: the batch cloned at
 the end as well, as in a run with an ``on_batch_collected`` callback). A clock costs about a
