@@ -88,6 +88,8 @@ class _Group:
         if isinstance(leaf, Composite):
             leaf = leaf["observation"]
         self.obs_dtype = torch.empty(0, dtype=leaf.dtype).numpy().dtype  # what the wrapper's encode casts to
+        # the reward spec's dtype: a game's int, numpy or float rewards are cast to it as they are written
+        self.reward_dtype = torch.empty(0, dtype=wrapper.full_reward_spec[name, "reward"].dtype).numpy().dtype
         self.categories = flat.groups[name] if flat is not None else None  # a Categorical, one-hot by FlatObservation
         per_agent = leaf.shape[1:]
         self.one_hot = isinstance(leaf, OneHot)  # the wrapper's encoding of a Discrete space
@@ -107,7 +109,7 @@ class _Group:
         for key in ("done", "terminated", "truncated"):
             out[key] = np.zeros((n, a, 1), bool)
         if step:
-            out["reward"] = np.zeros((n, a, 1), np.float32)
+            out["reward"] = np.zeros((n, a, 1), self.reward_dtype)
         return out
 
 

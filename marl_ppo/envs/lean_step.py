@@ -26,9 +26,10 @@ from marl_ppo.envs.aec_parallel import lean_parallel_game
 __all__ = ["LeanParallelStep", "reward_value"]
 
 
-def reward_value(reward) -> float:
-    """One agent's reward as a number: a float, a numpy scalar or a one-element array (as torchrl's
-    ``torch.tensor(reward)`` reads it); anything larger fails with numpy's error."""
+def reward_value(reward) -> float | int:
+    """One agent's reward as a Python number: a float, a numpy scalar or a one-element array (as torchrl's
+    ``torch.tensor(reward)`` reads it); anything larger fails with numpy's error. An integer stays an
+    ``int``: the caller writes it as the reward spec's dtype."""
     return reward if isinstance(reward, float) else np.asarray(reward).item()
 
 
@@ -77,7 +78,10 @@ class LeanParallelStep:
                 rows = slice(None) if len(live) == len(agents) else torch.tensor(live)
                 obs = np.stack([np.asarray(observations[a]) for a in names])
                 entries.get("observation")[rows] = torch.as_tensor(obs).to(dtype)
-                entries.get("reward")[rows] = torch.tensor([reward_value(rewards[a]) for a in names]).view(-1, 1)
+                reward = entries.get("reward")
+                # as the spec's dtype: a step of Python-int rewards (Knights-Archers-Zombies) would build
+                # an int64 tensor, which an index put into the rows of the agents still in the game refuses
+                reward[rows] = torch.tensor([reward_value(rewards[a]) for a in names], dtype=reward.dtype).view(-1, 1)
                 terminated = torch.tensor([bool(terminations[a]) for a in names]).view(-1, 1)
                 truncated = torch.tensor([bool(truncations[a]) for a in names]).view(-1, 1)
                 entries.get("terminated")[rows] = terminated

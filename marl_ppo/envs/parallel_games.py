@@ -78,6 +78,8 @@ class _Layout:
         self.name, self.agents = name, agents
         leaf = wrapper.full_observation_spec[name, "observation"]
         self.obs_dtype = torch.empty(0, dtype=leaf.dtype).numpy().dtype  # what the wrapper's encode casts to
+        # the reward spec's dtype: a game's int, numpy or float rewards are cast to it as they are written
+        self.reward_dtype = torch.empty(0, dtype=wrapper.full_reward_spec[name, "reward"].dtype).numpy().dtype
         self.per_agent = tuple(leaf.shape[1:])
         self.flattened = flattened
 
@@ -87,7 +89,7 @@ class _Layout:
         for key in DONE_KEYS:
             out[key] = np.zeros((n, a, 1), bool)
         if step:
-            out["reward"] = np.zeros((n, a, 1), np.float32)
+            out["reward"] = np.zeros((n, a, 1), self.reward_dtype)
         return out
 
     def tensors(self, out: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -136,7 +138,7 @@ class _WholeCopies:
             shape = (k, len(grp.agents))
             out["mask"][rows] = True
             out["observation"][rows] = np.stack(obs).reshape(*shape, *out["observation"].shape[2:])
-            out["reward"][rows] = np.asarray(rew, np.float32).reshape(*shape, 1)
+            out["reward"][rows] = np.asarray(rew, grp.reward_dtype).reshape(*shape, 1)
             terminated = np.asarray(term, bool).reshape(*shape, 1)
             truncated = np.asarray(trunc, bool).reshape(*shape, 1)
             out["terminated"][rows], out["truncated"][rows] = terminated, truncated
