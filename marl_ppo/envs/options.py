@@ -35,6 +35,9 @@ class ImageOptions:
         grayscale: an RGB image becomes one channel (ITU-R 601 luma).
         frames: the last ``frames`` images stacked along the channels (the first one repeated
             after a reset); ``1`` stacks nothing.
+        check_changes: the run stops, naming the group, when a group's image observation is the same before
+            and after every step of the first collected batch (a game that draws its observation only when it
+            renders, built without a render mode); ``false`` skips the check, for images that stay still.
 
     A ``uint8`` image stays ``uint8`` through all of these (rounded after a resize): the batch
     stores a quarter of float32's bytes, and the model scales it to [0, 1].
@@ -44,6 +47,7 @@ class ImageOptions:
     size: Optional[list[int]] = None
     grayscale: bool = False
     frames: int = 1
+    check_changes: bool = True
 
     def __post_init__(self) -> None:
         choice("env.image.observation", self.observation, ("auto", "image", "flat"))

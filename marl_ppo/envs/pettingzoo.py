@@ -41,10 +41,8 @@ import contextlib
 import difflib
 import functools
 import importlib
-import inspect
 import pkgutil
 import re
-import sys
 import warnings
 from collections.abc import Iterator
 from functools import partial
@@ -55,6 +53,7 @@ from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig, ImageOptions
+from marl_ppo.envs.pz_construct import accepts_max_cycles, check_kwargs, construct
 from marl_ppo.envs.serial import SerialEnvKeepingThreads
 from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
@@ -65,6 +64,10 @@ __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
 # the packages of env families that an extra of marl_ppo installs (pyproject.toml)
 _EXTRAS = {"magent2": "magent2", "pymunk": "butterfly"}
+# Families whose games draw their observation only when they render: pistonball and cooperative pong leave the
+# screen they observe undrawn without a render mode (every frame the first; knights-archers-zombies draws its own
+# either way). Each copy, for training, evaluation and video alike, is built with these unless env.kwargs sets them.
+_DRAWS_OBSERVATION = {"butterfly": {"render_mode": "rgb_array"}}
 
 
 def mpe_tasks() -> list[str]:
@@ -137,7 +140,7 @@ def raw_observation_specs(cfg: EnvConfig) -> dict[str, Any]:
 
 def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     """``make(seed) -> EnvBase``: one wrapped copy of the env, checked where it can be here."""
-    kwargs = dict(cfg.kwargs)
+    kwargs = {**observation_kwargs(cfg.scenario), **cfg.kwargs}
     # a classic game's seats are rivals (rewards that sum to a constant): each its own group by default, so
     # that each player's return is logged (one group of both players would log their zero-sum mean)
     seats = "one_group_per_agent" if cfg.scenario.startswith(("classic/", "pettingzoo.classic.")) else None
@@ -159,6 +162,17 @@ def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     mpe, classic = mpe_tasks(), classic_tasks()
     err = unknown_name("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
     raise ConfigError(f"{err}; any other PettingZoo env by import path, e.g. pettingzoo.sisl.pursuit_v5")
+
+
+def observation_kwargs(scenario: str) -> dict[str, Any]:
+    """What the game ``scenario`` needs in its constructor to produce its observation (a butterfly game:
+    ``render_mode="rgb_array"``), or ``{}``.
+
+    >>> observation_kwargs("pettingzoo.butterfly.pistonball_v6"), observation_kwargs("simple_spread_v3")
+    ({'render_mode': 'rgb_array'}, {})
+    """
+    family = re.match(r"(?:pettingzoo\.)?(\w+)[./]", scenario)
+    return dict(_DRAWS_OBSERVATION.get(family.group(1), {})) if family else {}
 
 
 def _pop_group_map(kwargs: dict[str, Any], default: str | None) -> str | None:
@@ -226,32 +240,13 @@ def wrap_game(
 
 def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: int) -> EnvBase:
     module = importlib.import_module(f"mpe2.{task}")
-    _check_kwargs(task, getattr(module, "raw_env", None), kwargs)
+    check_kwargs(task, getattr(module, "raw_env", None), kwargs)
     with _quiet_version_notice():
         return _wrapper_class(seeds_in_31_bits=False)(
             module.parallel_env(max_cycles=max_steps, continuous_actions=continuous, **kwargs),
             use_mask=True,
             seed=seed,
             categorical_actions=True,
-        )
-
-
-def _check_kwargs(task: str, ctor: Any, kwargs: dict) -> None:
-    """Refuses ``env.kwargs`` the env's constructor does not take, with its parameter names and the closest."""
-    try:
-        params = inspect.signature(ctor).parameters
-    except (TypeError, ValueError):  # no constructor to read: the env itself will say
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    known = sorted(n for n in params if n not in ("self", "render_mode", "max_cycles", "continuous_actions"))
-    unknown = sorted(set(kwargs) - set(params))
-    if unknown:
-        close = {k: difflib.get_close_matches(k, known, n=1) for k in unknown}
-        hints = "; ".join(f"{k!r}: did you mean {c[0]!r}?" for k, c in close.items() if c)
-        raise ConfigError(
-            f"env.kwargs {unknown} are not parameters of PettingZoo task {task!r}"
-            f"{' (' + hints + ')' if hints else ''}; it takes {known}"
         )
 
 
@@ -294,7 +289,7 @@ def _classic_env(task: str, group_map_name: str, kwargs: dict, image: ImageOptio
     make = partial(pettingzoo.make, "aec", _classic_id(task))  # turn-based: no max_cycles/continuous_actions
     try:
         own = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
-        game = _construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, own)
+        game = construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, own)
     except ConfigError as err:
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
             raise _missing_dependency(task, err.__cause__) from err.__cause__
@@ -335,71 +330,6 @@ def _import_env_module(path: str):
     return module
 
 
-def _accepts_max_cycles(module) -> bool:
-    """Whether the module's env constructor takes ``max_cycles`` (by name, or through ``**kwargs``)."""
-    target = getattr(module, "raw_env", None) or getattr(module, "parallel_env", None) or module.env
-    try:
-        params = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "max_cycles" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _construct(
-    make: Callable[..., Any],
-    kwargs: dict,
-    max_steps: int,
-    takes_max_cycles: bool,
-    where: str,
-    name: str,
-    own: str,
-) -> Any:
-    """``make(**kwargs)``, with ``max_cycles=max_steps`` where the env takes it and kwargs do not set it.
-
-    Any error of the env's constructor becomes one ConfigError naming the call and ``env.kwargs``; a
-    keyword it does not take, the parameters of the class that refused it (found in the game's ``own``
-    module first, then in its family's, ``pettingzoo.classic``...: several games name their class ``raw_env``).
-    """
-    try:
-        if "max_cycles" not in kwargs and takes_max_cycles:
-            try:
-                return make(max_cycles=max_steps, **kwargs)
-            except TypeError as err:
-                if "max_cycles" not in str(err):
-                    raise
-                # a **kwargs that does not take it after all: its episodes end on their own
-        return make(**kwargs)
-    except ConfigError:
-        raise
-    except TypeError as err:
-        refused = re.match(r"([\w.]+?)(?:\.__init__)?\(\) got an unexpected keyword argument '(\w+)'", str(err))
-        ctor = _find_callable(".".join(own.split(".")[:2]), refused.group(1), own) if refused else None
-        if ctor is not None:
-            _check_kwargs(name, ctor, kwargs)
-        raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {err}") from err
-    except Exception as err:  # a bad value deep in the game (pursuit's n_pursuers=-1: an IndexError)
-        raise ConfigError(f"{where} with env.kwargs={kwargs!r} failed: {type(err).__name__}: {err}") from err
-
-
-def _find_callable(family: str, qualname: str, own: str | None = None) -> Any:
-    """The class or function called ``qualname`` in one of the loaded modules of package ``family``, if any,
-    those of the game's ``own`` module first: PettingZoo's constructors pass ``**kwargs`` down to a base
-    class whose signature names the parameters."""
-    head, *rest = qualname.split(".")
-    loaded = [(n, m) for n, m in list(sys.modules.items()) if _within(n, family)]
-    for _, module in sorted(loaded, key=lambda item: not (own and _within(item[0], own))):  # stable: own first
-        obj = getattr(module, head, None)
-        for part in rest:
-            obj = getattr(obj, part, None)
-        if callable(obj):
-            return obj
-    return None
-
-
-def _within(module_name: str, package: str) -> bool:
-    return module_name == package or module_name.startswith(package + ".")
-
-
 def _module_env(
     path: str, group_map_name: str | None, max_steps: int, kwargs: dict, image: ImageOptions, seed: int
 ) -> EnvBase:
@@ -408,7 +338,7 @@ def _module_env(
     parallel = callable(getattr(module, "parallel_env", None))
     ctor = module.parallel_env if parallel else module.env
     where = f"env.scenario {path!r}: {path}.{'parallel_env' if parallel else 'env'}(**env.kwargs)"
-    game = _construct(ctor, kwargs, max_steps, _accepts_max_cycles(module), where, path, path)
+    game = construct(ctor, kwargs, max_steps, accepts_max_cycles(module), where, path, path)
     # parallel: run until every agent is done, so that an agent leaving early does not end the others' episode
     return wrap_game(game, group_map_name, seed, image, **({"done_on_any": False} if parallel else {}))
 
@@ -440,10 +370,10 @@ def _registry_env(
 
     spec = _registry_spec(env_id)
     parallel = env_id in pettingzoo.parallel_registry
-    takes_max_cycles = spec.max_cycles is not None or _accepts_max_cycles(
+    takes_max_cycles = spec.max_cycles is not None or accepts_max_cycles(
         importlib.import_module(spec.entry_point.partition(":")[0])
     )
     make = partial(pettingzoo.make, "parallel" if parallel else "aec", env_id)
     where = f"pettingzoo.make({env_id!r}, **env.kwargs)"
-    game = _construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, spec.entry_point.partition(":")[0])
+    game = construct(make, kwargs, max_steps, takes_max_cycles, where, env_id, spec.entry_point.partition(":")[0])
     return wrap_game(game, group_map_name, seed, image, **({"done_on_any": False} if parallel else {}))

@@ -40,6 +40,7 @@ from marl_ppo.options import ConfigError
 from marl_ppo.run.build import build, build_collector, record_factory, seed_everything, train_state
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.directory import collector_text, finished_summary, run_directory, start_notes
+from marl_ppo.run.frozen_images import checked_first_batch
 from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.payoff import check_payoff
@@ -181,7 +182,7 @@ class Trainer:
         try:
             with StopSignals() as stop:
                 t0 = time.perf_counter()
-                for batch in collector:
+                for batch in checked_first_batch(collector, self.parts.groups, enabled=cfg.env.image.check_changes):
                     if stop.requested:
                         raise StopRequested
                     should_stop = lambda: stop.requested is not None  # noqa: E731
