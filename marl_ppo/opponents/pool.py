@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
@@ -108,7 +108,10 @@ class SnapshotNet(nn.Module):
         output for env copy ``e``."""
 
         def call(p: dict[str, torch.Tensor]) -> torch.Tensor:
-            return torch.func.functional_call(net, p, inputs)
+            # tensordict's to_module, not torch.func.functional_call: torchrl's per-agent networks keep their
+            # weights in a TensorDictParams, into which functional_call swaps nothing (the live weights play)
+            with TensorDict(dict(p)).unflatten_keys(".").to_module(net):
+                return net(*inputs)
 
         if isinstance(net, nn.RNNBase):  # torch has no vmap rule for aten::gru/lstm: one call per snapshot in play
             used = self.choice.unique()

@@ -28,6 +28,9 @@ KINDS = {  # (config, overrides, the pool seat, an entry of the policy's output 
     "gru": ("navigation", [*NAVIGATION, "model.kind=gru"], "agents", "loc"),
     "lstm": ("navigation", [*NAVIGATION, "model.kind=lstm", "model.critic_kind=mlp"], "agents", "loc"),
     "cnn-gru": (None, [*POOL, "env.num_envs=3", "model.kind=[cnn, gru]"], "blue", "logits"),
+    # one network per agent (torchrl keeps its weights in a TensorDictParams): each copy plays its snapshot too
+    "chain-unshared": ("navigation", [*NAVIGATION, "model.kind=[mlp]", "model.share_params=false"], "agents", "loc"),
+    "gru-unshared": ("navigation", [*NAVIGATION, "model.kind=gru", "model.share_params=false"], "agents", "loc"),
 }
 
 
@@ -56,7 +59,7 @@ def test_each_env_copy_plays_its_own_snapshot_of_the_policy(kind):
     td = parts.env.reset()
     pool.snapshots.choice = torch.tensor([2, 0, 1])
     carried = _carried(live)
-    assert bool(carried) == (kind in ("gru", "lstm", "cnn-gru"))
+    assert bool(carried) == (kind in ("gru", "lstm", "cnn-gru", "gru-unshared"))
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         alone_td = [td[e : e + 1].clone() for e in range(3)]
         for _ in range(2):
