@@ -29,7 +29,7 @@ from marl_ppo.envs.kinds import video_refusal
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.log_options import LogConfig, MlflowConfig, WandbConfig
 from marl_ppo.models.options import ModelConfig
-from marl_ppo.opponents.options import PoolConfig, parse_source
+from marl_ppo.opponents.options import PoolConfig, parse_source, sequential_refusal
 from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
 
 __all__ = [
@@ -309,14 +309,9 @@ class Config:
         )
         if why is not None:
             raise ConfigError(f"model.critic_inputs={model.critic_inputs}: {why}")
-        sequential = algorithm(self.loss.algorithm).sequential
-        shared = [g for g, s in self.opponents.items() if parse_source("", s).kind in ("self", "pool")]
-        if sequential and shared:
-            raise ConfigError(
-                f"loss.algorithm={self.loss.algorithm} updates the groups one after another, but {shared} play "
-                "with another group's networks (opponents: self/pool), which would be updated twice; "
-                "use loss.algorithm=mappo"
-            )
+        why = sequential_refusal(self.opponents, self.pool) if algorithm(self.loss.algorithm).sequential else None
+        if why is not None:  # frozen seats may play beside it; a seat that trains shared networks may not
+            raise ConfigError(f"loss.algorithm={self.loss.algorithm} updates the groups one after another, but {why}")
         if not model.recurrent:
             return
         if self.steps_per_batch % model.seq_len:

@@ -18,7 +18,13 @@ Many seeds in one process (a :class:`~marl_ppo.core.seeds.SeedStack`) take ``ord
 unit's pass trains that unit in every seed, each seed weighted by its own ``M``.
 
 The guarantee of monotonic improvement assumes the units share no parameters: a group whose agents
-share them is one unit, and a group playing with another group's networks is refused by the config.
+share them is one unit, and a seat that would train another group's networks (``opponents: self``) is
+refused by the config. A unit is a unit of this iteration only where its loss keeps a sample of the
+batch (:func:`trains_on`): a seat that plays frozen players only (a ``pool:GROUP`` seat with
+``pool.latest_share=0``: its loss mask is empty) is never one, takes no pass and adds nothing to ``M``,
+and a group's pass never runs on an empty mask (an Adam step on a zero gradient would still move the
+weights on their momentum). Groups that play from a source (random, scripted, ``checkpoint:``) are not
+in the router at all.
 
 >>> from marl_ppo.core.happo import unit_order
 >>> import torch
@@ -41,7 +47,7 @@ from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.update import ppo_update, sequence_chunks
 
-__all__ = ["happo_update", "unit_order", "SEEDS_NEED_FIXED_ORDER"]
+__all__ = ["happo_update", "unit_order", "units_of", "trains_on", "SEEDS_NEED_FIXED_ORDER"]
 
 _CRITIC_TERMS = ("loss_critic",)
 # many seeds in one process: a pass updates one unit of every seed at once, so the seeds share one order
@@ -70,6 +76,19 @@ def units_of(router: GroupRouter) -> list[tuple[str, int | None]]:
         (g, i) for g, spec in router.groups.items()
         for i in (range(spec.n_agents) if g in router.unshared and spec.n_agents > 1 else [None])
     ]  # fmt: skip
+
+
+def trains_on(router: GroupRouter, unit: tuple[str, int | None], batch: TensorDictBase) -> bool:
+    """Whether ``unit``'s loss keeps any sample of ``batch``: its group's loss mask (the env's mask of the
+    agents that act, a pool seat's ``train_mask``) has a true entry, in its agent's slice for an agent's
+    unit; a group without a mask always does. One host read per unit and iteration."""
+    g, agent = unit
+    spec = router.groups[g]
+    mask = batch.get(spec.keys.mask, None) if spec.keys.mask is not None else None
+    if mask is None:
+        return True
+    mask = mask.reshape(*batch.shape, spec.n_agents)
+    return bool((mask if agent is None else mask[..., agent]).any())
 
 
 def _select(losses: TensorDictBase, groups: Sequence[str], names: Sequence[str] | None, skip=()) -> TensorDictBase:
@@ -156,7 +175,8 @@ def happo_update(
     Takes :func:`~marl_ppo.core.update.ppo_update`'s arguments (passed on to it for each unit) and
     the ``loss.happo`` options ``order`` and ``critic``. Returns each group's diagnostics from its
     own unit (averaged over its agents' units; its critic's from the critic pass with
-    ``critic="after"``), and ``loss``/``grad_norm`` summed/averaged over the passes.
+    ``critic="after"``), and ``loss``/``grad_norm`` summed/averaged over the passes. A group none of
+    whose units keeps a sample (:func:`trains_on`) has no pass and no diagnostics.
     """
     stack = model if isinstance(model, SeedStack) else SeedStack([model])
     if critic not in ("after", "with_actor"):
@@ -166,11 +186,17 @@ def happo_update(
         raise ValueError(SEEDS_NEED_FIXED_ORDER)
     first = generator[0] if isinstance(generator, Sequence) else generator
     run = dict(num_epochs=num_epochs, minibatch_size=minibatch_size, generator=generator, seq_len=seq_len, **kwargs)
-    units = unit_order(units_of(router), order, first)
+    # only the units whose loss keeps a sample: a seat playing frozen players only is never one
+    units = unit_order([u for u in units_of(router) if trains_on(router, u, batch)], order, first)
+    if not units:  # every loss mask empty (e.g. a pool seat that drew snapshots only): nothing to train
+        shape = [stack.seeds] if stack.seeds > 1 else []
+        zero = torch.zeros(shape, device=batch.device)
+        return TensorDict({"loss": zero, "grad_norm": zero.clone()}, batch_size=shape)
+    trained = [g for g in router.groups if g in {u for u, _ in units}]  # the router's order
     batch = batch.clone(False)  # the weights and masks are this update's, not the collected batch's
     weight = torch.ones(batch.shape, device=batch.device)
     skip = _CRITIC_TERMS if critic == "after" else ()
-    out: dict[str, list[TensorDictBase]] = {g: [] for g in router.groups}
+    out: dict[str, list[TensorDictBase]] = {g: [] for g in trained}
     passes = []
     for i, (g, agent) in enumerate(units):
         keys, n = router.groups[g].keys, router.groups[g].n_agents
@@ -191,11 +217,12 @@ def happo_update(
             weight = weight * _joint_log_ratios(stack, g, agent, batch, seq_len).exp()
         batch.exclude(keys.update_weight, keys.update_mask, inplace=True)
     total = TensorDict({g: torch.stack(stats).mean(0) for g, stats in out.items()}, batch_size=passes[0].batch_size)
-    if critic == "after":
+    if critic == "after":  # the critics of the groups that trained (every group's: no group subset asked)
+        only = None if len(trained) == len(router.groups) else trained
         stats = ppo_update(
-            stack, step, batch, terms=lambda losses: _select(losses, list(router.groups), _CRITIC_TERMS), **run
+            stack, step, batch, groups=only, terms=lambda losses: _select(losses, trained, _CRITIC_TERMS), **run
         )
-        for g in router.groups:
+        for g in trained:
             for name in ("loss_critic", "explained_variance", "value_clip_fraction"):
                 if name in stats.get(g).keys():
                     total.set((g, name), stats.get((g, name)))

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from marl_ppo.options import ConfigError, at_least
 
-__all__ = ["OpponentSource", "PoolConfig", "parse_source", "FORMS", "source_label"]
+__all__ = ["OpponentSource", "PoolConfig", "parse_source", "FORMS", "source_label", "sequential_refusal"]
 
 FORMS = (
     "random, self, self:GROUP, pool, pool:GROUP, checkpoint:RUN_DIR[:GROUP], package.module:callable or "
@@ -158,3 +159,43 @@ def source_label(text: str) -> str:
     """A metric-name-safe label of a source: ``random``, ``checkpoint_runs_ttt``, ``my_bots_greedy``."""
     label = re.sub(r"[^\w]+", "_", text.strip()).strip("_")
     return label or "opponent"
+
+
+def sequential_refusal(opponents: Mapping[str, str], pool: PoolConfig) -> str | None:
+    """Why a sequential update mode (HAPPO: one unit's pass after another) cannot train beside these
+    ``opponents``, or ``None``. Frozen seats (``random``, scripted, ``checkpoint:``, a ``pool`` seat's
+    snapshots) train nothing and are never a unit; a seat that trains another group's networks from
+    its own loss would have them updated by two units' passes, each unaware of the other's step.
+
+    >>> sequential_refusal({"player_2": "pool:player_1"}, PoolConfig(latest_share=0.0)) is None
+    True
+    >>> sequential_refusal({"player_2": "self"}, PoolConfig())
+    "['player_2'] train another group's networks from their own loss (opponents.player_2=self): the shared ..."
+    """
+    sources = {g: parse_source(f"opponents.{g}", text) for g, text in opponents.items()}
+    selfs = [g for g, source in sources.items() if source.kind == "self"]
+    if selfs:
+        given = ", ".join(f"opponents.{g}={opponents[g]}" for g in selfs)
+        return (
+            f"{selfs} train another group's networks from their own loss ({given}): the shared module would be "
+            "updated by two units' passes; use loss.algorithm=mappo, or pool:GROUP with pool.latest_share=0 "
+            "(the seat then plays frozen snapshots only)"
+        )
+    for g, source in sources.items():
+        if source.kind != "pool" or source.group in (None, g):
+            continue
+        if pool.latest_share > 0:
+            return (
+                f"opponents.{g}={opponents[g]} plays {source.group}'s latest policy in pool.latest_share="
+                f"{pool.latest_share} of its episodes, whose steps would train {source.group}'s networks in a "
+                "second unit's pass; set pool.latest_share=0 (the seat then plays frozen snapshots and pool.fixed "
+                "players only) or use loss.algorithm=mappo"
+            )
+        owner = sources.get(source.group)
+        if owner is not None and owner.kind == "pool":
+            return (
+                f"opponents.{g}={opponents[g]} needs pool.latest_share=0, with which {source.group} "
+                f"(opponents.{source.group}={opponents[source.group]}) would never play its latest policy and "
+                f"nothing would train; give {source.group} no opponent source"
+            )
+    return None
