@@ -95,8 +95,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str]) -> int:
     """``--print-config``: the resolved, checked config as YAML (a file ``train`` reads back to the same
-    config). ``--dry-run``: also builds the env, groups, reward table and networks; prints the table and
-    each group's parameter counts. Neither trains nor writes anything."""
+    config). ``--dry-run``: also builds the env, groups, reward table and networks; prints the table and,
+    per group, its parameter counts, observation entries and networks (:mod:`marl_ppo.run.dry_run`).
+    Neither trains nor writes anything."""
     from marl_ppo.config import load_config, to_yaml
 
     source = Path(args.resume) / "config.yaml" if args.resume else config
@@ -108,27 +109,9 @@ def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str])
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
-    from marl_ppo.run.build import build
-    from marl_ppo.run.payoff import check_payoff
+    from marl_ppo.run.dry_run import dry_run
 
-    cfg.check_machine()
-    parts = build(cfg)
-    try:
-        check_payoff(cfg, parts)  # and those it runs on the built parts
-        if len(cfg.train.seeds) > 1:
-            check_seeds(cfg, router=parts.router)
-        print(parts.reward_table)
-        for group, loss in parts.router.losses.items():
-            actor, critic = (sum(p.numel() for p in m.parameters()) for m in (loss.actor_network, loss.critic_network))
-            agents = parts.groups[group].n_agents
-            print(f"group {group}: {agents} agent(s), actor {actor:,} parameters, critic {critic:,} parameters")
-        for group, source in cfg.opponents.items():
-            print(f"group {group}: opponents.{group} = {source}")
-        total = sum(p.numel() for p in parts.router.parameters())
-        print(f"all groups: {total:,} trainable parameters (shared modules counted once)")
-    finally:
-        parts.env.close()
-    return 0
+    return dry_run(cfg)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -324,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="build the env, groups, reward table and networks; print the table and the parameter counts per "
-        "group; write nothing",
+        help="build the env, groups, reward table and networks; print the table and, per group, its parameter "
+        "counts, observation entries (shapes, dtypes) and each network's trunks with their widths; write nothing",
     )
     p.set_defaults(func=_train)
     p = sub.add_parser("eval", help="evaluate a run's checkpoint with deterministic actions")

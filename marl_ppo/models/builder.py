@@ -10,6 +10,7 @@ from tensordict.nn import TensorDictModule
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor
 from marl_ppo.models.critic import build_critic, build_global_critic
+from marl_ppo.models.image_checks import check_images, check_param_count, count_parameters
 from marl_ppo.models.modules import Networks, share_networks
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.state_critic import build_state_critic
@@ -37,6 +38,9 @@ def build_models(
     actor and critic are built as the other's, on its own keys, and run the other's networks (any model
     kind: :func:`~marl_ppo.models.modules.share_networks`); the router trains the shared parameters
     from both groups' losses.
+
+    Refused before anything is built: a conv stack too deep for a group's image; warned: a model over
+    ``model.max_params`` parameters (:mod:`~marl_ppo.models.image_checks`).
     """
     unknown = sorted(set(model.groups) - set(groups))
     if unknown:
@@ -44,6 +48,8 @@ def build_models(
     shared = dict(shared or {})
     for g, source in shared.items():
         _check_shared(groups, model, value_norm, g, source)
+    # from the specs, before any weight is allocated: a conv stack too deep for an image, a huge image model
+    warned = check_images(groups, model, centralized=centralized, shared=shared)
     actors, critics, networks = {}, {}, Networks()
     kw = dict(centralized=centralized, value_norm=value_norm, popart_beta=popart_beta, device=device)
     for g, spec in groups.items():
@@ -68,6 +74,8 @@ def build_models(
             share_networks(modules[g], modules[source])
             if networks.of(modules[source]) is not None:
                 networks.record(modules[g], networks.of(modules[source]))
+    if not warned:
+        check_param_count(count_parameters(*actors.values(), *critics.values()), model)
     return actors, critics, networks
 
 

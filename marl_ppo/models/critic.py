@@ -32,6 +32,7 @@ from marl_ppo.models.inputs import flat_inputs
 from marl_ppo.models.mlp import ACTIVATIONS, SharedAgentMLP, agent_mlp, observation_dim
 from marl_ppo.models.modules import Networks, TensorOutModule
 from marl_ppo.models.registry import Trunk
+from marl_ppo.options import ConfigError
 
 __all__ = [
     "build_critic",
@@ -146,6 +147,14 @@ def build_global_critic(
             f"the global critic's trunk has layers of one width (torchrl's CrossGroupCritic); "
             f"model.hidden={list(hidden)}"
         )
+    for g, s in groups.items():  # the CrossGroupCritic's Linear encoders read one flat vector per agent
+        shapes = [list(s.inputs[k].shape[1:]) for k in s.observation_keys]
+        if len(shapes) != 1 or len(shapes[0]) != 1:
+            raise ConfigError(
+                f"model.critic=global reads one flat vector per agent of each group (torchrl's CrossGroupCritic), "
+                f"but group {g!r} observes {dict(zip(map('/'.join, s.observation_keys), shapes))}; use model.critic="
+                "group: MAPPO's centralised critic of each group reads all its agents (model.kind=cnn encodes images)"
+            )
     group_map = {
         g: CrossCriticGroupSpec(
             obs_dim=observation_dim(s), n_agents=s.n_agents, obs_key=s.observation_keys[0], value_key=s.keys.value

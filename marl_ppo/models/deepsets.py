@@ -10,7 +10,9 @@ As a centralised critic (``model.critic_kind=deepsets`` under MAPPO), the agents
 pooled in turn, by a mean over the agents that are present (the group's ``mask`` entry where the
 env writes one: agents that left mid-episode count for nothing), and one more layer gives every
 agent the team's value features: the critic is the same for any order of the agents, and for any
-number of them. On a group with vector entries only, this is a permutation-invariant team critic.
+number of them. On a group with vector entries only, this is a permutation-invariant team critic; a
+policy or a decentralised critic there is an MLP on the vectors (warned: ``model.kind=mlp
+model.critic_kind=deepsets`` is the team critic beside an MLP policy).
 
 Options (``model.options.deepsets``): ``phi`` (φ's layer widths), ``pool``.
 
@@ -30,6 +32,7 @@ Options (``model.options.deepsets``): ``phi`` (φ's layer widths), ``pool``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -78,6 +81,20 @@ class SetEncoder(nn.Module):
         return team.expand(*team.shape[:-2], y.shape[-2], team.shape[-1])
 
 
+def _say_no_set(group: str, role: str, shapes: dict) -> None:
+    """Warns that a ``deepsets`` network reading no set entry is an MLP (ρ on the vectors, nothing pooled):
+    what ``model.kind=deepsets`` gives on plain vector observations, said rather than substituted silently."""
+    network = "policy" if role == "actor" else "decentralised critic"
+    entries = {"/".join(k[1:]): list(s) for k, s in shapes.items()}
+    warnings.warn(
+        f"group {group!r}: model kind 'deepsets' found no set entry [N, F] among its observation entries {entries}: "
+        f"its {network} is an MLP on the vectors (nothing to pool). A DeepSets here is a centralised critic, which "
+        f"pools the agents (MAPPO): model.kind=mlp model.critic_kind=deepsets says so without this warning",
+        UserWarning,
+        stacklevel=2,
+    )
+
+
 def deepsets_trunk(
     group: GroupSpec,
     inputs,
@@ -104,6 +121,8 @@ def deepsets_trunk(
             f"group {group.name!r}: model kind 'deepsets' reads sets [N, F] and vectors per agent; the group's "
             f"observation entries have per-agent shapes { {'/'.join(k[1:]): list(s) for k, s in shapes.items()} }"
         )
+    if not sets and not centralized:
+        _say_no_set(group.name, role, shapes)
     act = ACTIVATIONS[activation]
 
     def mlp(widths: Sequence[int], n_in: int) -> nn.Sequential:

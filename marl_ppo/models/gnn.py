@@ -16,7 +16,9 @@ layers take no edge features, its sparse ones batch graphs through scatter opera
 ``torch-cluster``, which has no wheel for this torch. Groups have few agents; the dense form is
 also the fastest here.
 
-Options (``model.options.gnn``): ``topology``, ``radius``, ``position``, ``velocity``, ``layers``.
+Options (``model.options.gnn``): ``topology``, ``radius``, ``position``, ``velocity``, ``layers``. A
+``radius`` is read with ``topology: from_pos`` only: given under ``full``, the config refuses it
+(:class:`~marl_ppo.models.options.ModelConfig`) rather than ignore it.
 
 >>> import torch
 >>> from torchrl.data import Unbounded

@@ -52,6 +52,10 @@ class ModelConfig:
             option of that name.
         groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
             ``share_params``, ``rnn_hidden`` and ``options``, e.g. ``{adversary: {kind: gru}}``.
+        max_params: a model (every group's actor and critic) holding more trainable parameters than this
+            is warned about when it is built, with the option that shrinks it (a conv stack on a large image
+            with strides of 1 feeds its MLP millions of features); 0: no warning. An image model is counted
+            from its spec, before its weights are allocated.
     """
 
     kind: Any = "mlp"
@@ -65,6 +69,7 @@ class ModelConfig:
     critic_kind: Optional[Any] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_params: int = 20_000_000
 
     OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden", "options")
 
@@ -79,6 +84,7 @@ class ModelConfig:
                 "every group's observations (use model.critic=group)"
             )
         at_least("model.seq_len", self.seq_len, 1)
+        at_least("model.max_params", self.max_params, 0, " (0: no warning)")
         if self.critic == "global" and self.critic_kind not in (None, "mlp", ["mlp"]):
             raise ConfigError(
                 f"model.critic_kind={self.critic_kind!r} with model.critic=global: the global critic "
@@ -104,6 +110,8 @@ class ModelConfig:
                 merged["rnn_hidden"],
             )
             _check_kind_options(f"model.groups.{group}.options", merged["options"])
+        for group in ["", *self.groups]:  # the run's options, then each group's over them
+            _check_gnn_radius(self, group)
 
     def for_group(self, group: str) -> "ModelConfig":
         """This config with ``groups[group]``'s overrides applied (and no per-group table)."""
@@ -193,6 +201,22 @@ def _check_kind_options(where: str, options: Any) -> None:
                     f"{where}.{kind}.{name} must be of the type of its default {default!r} "
                     f"({type(default).__name__}), got {value!r}"
                 )
+
+
+def _check_gnn_radius(model: ModelConfig, group: str) -> None:
+    """Refuses a ``gnn`` radius given under ``topology: full``, where every agent hears every other and no
+    radius is read (it would be ignored without a word)."""
+    run = model.options.get("gnn", {})
+    own = model.groups.get(group, {}).get("options", {}).get("gnn", {}) if group else {}
+    given = {**run, **own}
+    if "radius" not in given or {**MODEL_KINDS["gnn"].options, **given}["topology"] != "full":
+        return
+    where = f"model.groups.{group}.options.gnn" if {"radius", "topology"} & set(own) else "model.options.gnn"
+    raise ConfigError(
+        f"{where}.radius={given['radius']!r} with topology=full: every agent hears every other, no radius is "
+        f"read; for edges between agents within the radius set {where}.topology=from_pos (and its position "
+        f"slice), or leave the radius out"
+    )
 
 
 def _same_type(value: Any, default: Any) -> bool:
