@@ -10,6 +10,9 @@ A suite is a YAML file::
       - config: ../balance.yaml
         name: balance                   #   task name in the results (default: env.scenario)
         overrides: [env.kwargs.n_agents=3]
+        score: agents                   #   what it is scored on: a group, [groups] (summed), or a metric
+                                        #   such as vs_random/red/win_rate (default: see suite/scoring.py)
+        reference: {random: -1.0, expert: 1.0}   # for protocol: reference
     seeds: [0, 1, 2]
     overrides:                          # for every run: a list of key=value, or a mapping
       - train.total_frames=60000
@@ -21,6 +24,7 @@ A suite is a YAML file::
     threads: 1                          # torch threads per worker process (default 1 when workers > 1)
     absolute_eval_factor: 10            # final evaluation over factor × log.eval_episodes episodes
     slurm: {partition: gpu, time: 60, cpus: 1, gpus: 0}   # the slurm launcher's resources (SlurmSpec)
+    protocol: marl-eval                 # the report's normalisation: marl-eval (default), final or reference
 
 Overrides apply in this order: the task's config file, the suite's ``overrides``, the task's
 ``overrides``, the sweep variant's values, then the command line's ``--override``; ``train.seed``
@@ -47,21 +51,28 @@ kept, not run again (``--rerun`` forces it). At the end the suite writes:
 * ``<out>/marl_eval.json`` (:func:`to_marl_eval`), checked by :func:`validate_marl_eval`::
 
       {environment: {task: {algorithm: {"seed_<N>": {
-          "step_<K>": {"step_count": <frames>, "return": [...], "<group>_return": [...]},
+          "step_<K>": {"step_count": <frames>, "return": [...], "<group>_return": [...], "score": [...]},
           ...,
-          "absolute_metrics": {"return": [...], "<group>_return": [...]}}}}}}
+          "absolute_metrics": {"return": [...], "<group>_return": [...], "score": [...]}}}}}}
 
   as BenchMARL's ``JsonWriter`` (``benchmarl/experiment/logger.py``) and marl-eval's README lay it
   out: environment ``vmas``/``pettingzoo``, task the scenario, algorithm ``mappo``/``ippo``/
   ``clip_ppo``, run ``seed_<N>``; ``step_<K>`` is the K-th evaluation (1-based, in frame order);
   ``<group>_return`` is the group's evaluation return (mean over its agents) and ``return`` the
-  mean over groups. The per-step lists hold one value, the mean over ``log.eval_episodes`` episodes,
+  mean over groups; with ``log.eval_opponents``, ``vs_<source>/<seat>/{win_rate,draw_rate,loss_rate,return}``;
+  ``score`` is what the task is scored on (:mod:`marl_ppo.suite.scoring`: absent where the task could not be
+  scored, and the report says why), the metric marl-eval normalises: ``data_process_pipeline(data,
+  ["score"])``. The per-step lists hold one value, the mean over ``log.eval_episodes`` episodes,
   because that is what the trainer logs (marl-eval accepts one element or one per episode).
   ``absolute_metrics`` is a final deterministic evaluation of the final policy over
   ``absolute_eval_factor × log.eval_episodes`` episodes, one value per episode (marl-eval's
   "10 times the evaluation episodes"); BenchMARL instead keeps the best value seen (one element).
-* ``<out>/returns.png`` (:func:`plot_suite`): one panel per task, mean evaluation return vs frames
-  over seeds with a 95% Student-t band (``--ci bootstrap`` for a bootstrap band).
+* ``<out>/returns.png`` (:func:`plot_suite`): one panel per task, the mean evaluation score vs frames
+  over seeds with a 95% bootstrap band (``--ci t``: Student's t) and the final evaluation's point;
+* ``<out>/report.md`` and ``report.json`` (:mod:`marl_ppo.suite.report`): the final scores per task with
+  the plot's interval, and rliable's aggregates per environment under the suite's ``protocol``
+  (:mod:`marl_ppo.suite.normalise`; marl-eval's by default), naming what it could not compute and why;
+  ``scoring.json`` keeps the protocol and scores for ``suite merge``, which rebuilds all of them.
 
 ``to_marl_eval`` also reads plain ``marl-ppo train`` run directories (names from ``config.yaml``).
 """

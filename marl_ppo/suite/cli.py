@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 from typing import Sequence
 
+from marl_ppo.suite.results import REBUILD_HINT
 from marl_ppo.suite.runner import LAUNCHERS, SuiteResult, run_suite
+from marl_ppo.suite.scoring import PROTOCOLS, ScoreSpec, parse_score
 from marl_ppo.suite.spec import Suite, SuiteError, plan
 
 
@@ -51,7 +52,12 @@ def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentPar
         help="config overrides for every run, applied last (e.g. train.total_frames=6000)",
     )
     p.add_argument("--rerun", action="store_true", help="run again runs that finished before")
-    p.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="confidence band of the plot")
+    p.add_argument(
+        "--ci",
+        choices=("bootstrap", "t"),
+        default="bootstrap",
+        help="95%% interval of the plot's bands and the report's per-task table (the same)",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip the aggregate plot")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     return p
@@ -60,14 +66,43 @@ def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentPar
 def build_merge_parser(prog: str = "python -m marl_ppo.suite merge") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Merge suites run on different machines into one "
-        "marl-eval JSON and plot; refuses runs present twice and mismatched tasks/variants.",
+        description="Merge suites run on different machines into one marl-eval JSON, plot and report "
+        "(refuses runs present twice and mismatched tasks/variants); from one suite output, rebuild its results.",
     )
     p.add_argument("sources", nargs="+", help="suite output folders (or their marl_eval.json files)")
-    p.add_argument("--out", required=True, help="folder for the merged marl_eval.json and returns.png")
-    p.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="confidence band of the plot")
+    p.add_argument("--out", required=True, help="folder for the merged marl_eval.json, returns.png and report")
+    p.add_argument(
+        "--ci", choices=("bootstrap", "t"), help="95%% interval of the plot and report (default: the parts')"
+    )
+    p.add_argument("--protocol", choices=PROTOCOLS, help="how the report normalises scores (default: the parts')")
+    p.add_argument(
+        "--score",
+        action="append",
+        default=[],
+        metavar="ENV/TASK=SCORE",
+        help="what a task is scored on: a group, groups joined by ',' (summed), or a metric such as "
+        "vs_random/red/win_rate (e.g. vmas/simple_tag=adversary)",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip the aggregate plot")
     return p
+
+
+def parse_scores(items: Sequence[str]) -> dict[str, ScoreSpec]:
+    """``ENV/TASK=SCORE`` arguments as ``{"ENV/TASK": score}``.
+
+    >>> parse_scores(["vmas/simple_tag=adversary", "pettingzoo/battle=vs_random/red/win_rate"])
+    {'vmas/simple_tag': ('adversary',), 'pettingzoo/battle': ('vs_random/red/win_rate',)}
+    """
+    out = {}
+    for item in items:
+        task, eq, spec = item.partition("=")
+        if not eq or task.count("/") != 1 or not spec:
+            raise SuiteError(f"--score takes ENV/TASK=SCORE (e.g. vmas/simple_tag=adversary), got {item!r}")
+        try:
+            out[task] = parse_score(spec.split(",") if "/" not in spec else spec, f"--score {task}")
+        except ValueError as err:
+            raise SuiteError(str(err)) from None
+    return out
 
 
 def _merge(argv: Sequence[str], prog: str) -> int:
@@ -75,19 +110,29 @@ def _merge(argv: Sequence[str], prog: str) -> int:
 
     args = build_merge_parser(prog + " merge").parse_args(argv)
     try:
-        json_path, plot_path = merge_suites(args.sources, args.out, plot=not args.no_plot, ci=args.ci)
+        written = merge_suites(
+            args.sources,
+            args.out,
+            plot=not args.no_plot,
+            ci=args.ci,
+            protocol=args.protocol,
+            scores=parse_scores(args.score),
+        )
     except SuiteError as err:
         print(f"{prog} merge: error: {err}", file=sys.stderr)
         return 2
-    print(f"marl-eval JSON: {json_path}")
-    if plot_path:
-        print(f"plot: {plot_path}")
-    print(f"report: {Path(args.out) / 'report.md'}")
-    return 0
+    print(f"marl-eval JSON: {written.json_path}")
+    if written.plot_path:
+        print(f"plot: {written.plot_path}")
+    if written.report_path:
+        print(f"report: {written.report_path}")
+    for what, why in written.errors.items():
+        print(f"not written: {what}: {why}", file=sys.stderr)
+    return 1 if written.errors else 0
 
 
 def report(result: SuiteResult) -> int:
-    """Prints the result table and files; 0 when every run succeeded, else 1."""
+    """Prints the result table and files; 0 when every run succeeded and every result was written, else 1."""
     print(result.table())
     if result.json_path:
         print(f"marl-eval JSON: {result.json_path}")
@@ -95,10 +140,12 @@ def report(result: SuiteResult) -> int:
         print(f"plot: {result.plot_path}")
     if result.report_path:
         print(f"report: {result.report_path}")
+    for what, why in result.errors.items():
+        print(f"not written: {what}: {why}; {REBUILD_HINT.format(out=result.out)}", file=sys.stderr)
     if result.failed:
         print(f"{len(result.failed)} of {len(result.runs)} runs failed (see their error.txt)", file=sys.stderr)
         return 1
-    return 0
+    return 1 if result.errors else 0
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m marl_ppo.suite") -> int:

@@ -56,7 +56,9 @@ def final_evaluation(trainer, episodes: int, seed: int = 0) -> dict[str, list[fl
     The run's own evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`: the same envs, seed rule
     and episode count as ``marl-ppo eval RUN --episodes N``). Returns marl-eval metrics, one value per
     completed episode: ``<group>_return`` (mean over the group's agents) and ``return`` (mean over
-    groups), as BenchMARL's logger computes them. If no episode ended, each list holds the return so far.
+    groups), as BenchMARL's logger computes them, and with ``log.eval_opponents`` each match's
+    ``vs_<source>/<seat>/{win_rate,draw_rate,loss_rate,return}`` (1 or 0 per episode for the rates).
+    If no episode ended, each list holds the return so far.
     """
     from marl_ppo.run.evaluation import Evaluator
 
@@ -65,12 +67,35 @@ def final_evaluation(trainer, episodes: int, seed: int = 0) -> dict[str, list[fl
     try:
         with trainer.state.stack.seed(seed):
             result = evaluator()
+            played = _matches(trainer, cfg, evaluator)
     finally:
         evaluator.close()
     per_group = result.per_episode or {g: [r] for g, r in result.partial_returns.items()}
     metrics = {f"{g}_return": list(v) for g, v in per_group.items()}
     metrics["return"] = [sum(values) / len(values) for values in zip(*per_group.values())]
-    return metrics
+    return {**metrics, **played}
+
+
+def _matches(trainer, cfg, evaluator) -> dict[str, list[float]]:
+    """``log.eval_opponents``' matches over the evaluator's episodes, one value per episode, named as
+    :func:`~marl_ppo.suite.marl_eval.run_to_marl_eval` names the logged ones."""
+    if not cfg.log.eval_opponents:
+        return {}
+    from marl_ppo.opponents import count_outcomes, source_label
+    from marl_ppo.run.matches import Matches
+
+    out = {}
+    for (text, seat), (result, _) in Matches(cfg, trainer.parts, cfg.log.eval_opponents, evaluator)().items():
+        if not result.episodes:
+            continue
+        per = result.per_episode
+        each = [count_outcomes({g: [v[i]] for g, v in per.items()}, seat) for i in range(len(per[seat]))]
+        prefix = f"vs_{source_label(text)}/{seat}"
+        out[f"{prefix}/win_rate"] = [float(o.wins) for o in each]
+        out[f"{prefix}/draw_rate"] = [float(o.draws) for o in each]
+        out[f"{prefix}/loss_rate"] = [float(o.losses) for o in each]
+        out[f"{prefix}/return"] = [float(r) for r in per[seat]]
+    return out
 
 
 def execute(job: Job) -> RunResult:

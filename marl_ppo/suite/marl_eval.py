@@ -43,43 +43,58 @@ def _run_failed(run_dir: Path) -> Optional[str]:
     return None
 
 
+MATCH_METRICS = {"win_rate": "win_rate", "draw_rate": "draw_rate", "loss_rate": "loss_rate", "episode_reward": "return"}
+
+
+def _eval_metrics(run_dir: Path) -> dict[str, dict[int, float]]:
+    """``{json metric: {frames: value}}`` of a run's evaluations: ``<group>_return`` from
+    ``eval/<group>/episode_reward``, and ``vs_<source>/<seat>/{win_rate,draw_rate,loss_rate,return}`` from
+    ``log.eval_opponents``' matches (``eval/vs_<source>/<seat>/...``)."""
+    from marl_ppo.run.logger import read_scalars
+
+    out: dict[str, dict[int, float]] = {}
+    for name, points in read_scalars(run_dir).items():
+        parts = name.split("/")
+        if parts[0] != "eval":
+            continue
+        if len(parts) == 3 and parts[2] == "episode_reward":
+            out[f"{parts[1]}_return"] = dict(points)
+        elif len(parts) == 4 and parts[1].startswith("vs_") and parts[3] in MATCH_METRICS:
+            out[f"{parts[1]}/{parts[2]}/{MATCH_METRICS[parts[3]]}"] = dict(points)
+    return out
+
+
 def run_to_marl_eval(run_dir: str | Path) -> dict[str, Any]:
     """One run's ``{"step_<K>": {...}, ..., "absolute_metrics": {...}}`` from its logs.
 
     Evaluation points are the frames at which every group has an ``eval/<group>/episode_reward``
     scalar (the trainer logs them every ``log.eval_every`` iterations and once at the end; where two
-    evaluations share a frame count the last one is kept, as :func:`read_scalars` does).
+    evaluations share a frame count the last one is kept, as :func:`read_scalars` does), and every
+    ``log.eval_opponents`` match logged at all of them its rates. ``absolute_metrics`` is the suite's final evaluation
+    (``absolute_metrics.json``); a metric it lacks (a run written before it played the matches) is the
+    last logged evaluation's.
     """
-    from marl_ppo.run.logger import read_scalars
-
     run_dir = Path(run_dir)
-    prefix, suffix = "eval/", "/episode_reward"
-    evals = {
-        name[len(prefix) : -len(suffix)]: dict(points)
-        for name, points in read_scalars(run_dir).items()
-        if name.startswith(prefix) and name.endswith(suffix)
-    }
-    if not evals:
+    evals = _eval_metrics(run_dir)
+    groups = sorted(m[: -len("_return")] for m in evals if "/" not in m)
+    if not groups:
         raise ValueError(f"{run_dir}: no evaluation scalars (eval/<group>/episode_reward) in logs/scalars")
-    groups = sorted(evals)
-    frames = sorted(set.intersection(*(set(v) for v in evals.values())))
+    frames = sorted(set.intersection(*(set(evals[f"{g}_return"]) for g in groups)))
+    # a match's rates are logged when it finished an episode: kept where they are at every evaluation
+    matches = sorted(m for m in evals if "/" in m and set(frames) <= set(evals[m]))
     data: dict[str, Any] = {}
     for k, f in enumerate(frames, start=1):
         step: dict[str, Any] = {"step_count": int(f)}
-        values = [evals[g][f] for g in groups]
-        step.update({f"{g}_return": [evals[g][f]] for g in groups})
+        values = [evals[f"{g}_return"][f] for g in groups]
+        step.update({f"{g}_return": [evals[f"{g}_return"][f]] for g in groups})
         step["return"] = [sum(values) / len(values)]  # BenchMARL's order: groups, then their mean
+        step.update({m: [evals[m][f]] for m in matches})
         data[f"step_{k}"] = step
+    last = data[f"step_{len(frames)}"]
     absolute = run_dir / ABSOLUTE_FILE
-    if absolute.exists():
-        metrics = json.loads(absolute.read_text())["metrics"]
-        data["absolute_metrics"] = {
-            **{f"{g}_return": metrics[f"{g}_return"] for g in groups},
-            "return": metrics["return"],
-        }
-    else:  # no final evaluation recorded: the last logged one
-        last = data[f"step_{len(frames)}"]
-        data["absolute_metrics"] = {k: list(v) for k, v in last.items() if k != "step_count"}
+    final = json.loads(absolute.read_text())["metrics"] if absolute.exists() else {}
+    # no final evaluation recorded (a plain run), or a metric it lacks: the last logged evaluation's
+    data["absolute_metrics"] = {m: list(final.get(m, last[m])) for m in last if m != "step_count"}
     return data
 
 

@@ -1,4 +1,5 @@
-"""Merging suites run on different machines: one marl-eval JSON and one plot (:func:`merge_suites`).
+"""Merging suites run on different machines: one marl-eval JSON, one plot and one report (:func:`merge_suites`);
+from one suite's output folder, its results rebuilt (a report that failed, another protocol or score).
 
 Each input is a suite's output folder (its ``marl_eval.json``) or a marl-eval JSON file. The inputs
 must hold different runs of the same experiment: no run (environment, task, algorithm, seed) twice,
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from marl_ppo.suite._files import write_json
-from marl_ppo.suite.marl_eval import validate_marl_eval, write_marl_eval
-from marl_ppo.suite.report import write_report
+from marl_ppo.suite.marl_eval import validate_marl_eval
+from marl_ppo.suite.results import Written, write_results
+from marl_ppo.suite.scoring import PROTOCOLS, ScoreSpec, read_scoring
 from marl_ppo.suite.spec import SuiteError
 
 __all__ = ["merge_marl_eval", "merge_suites", "read_suite_json"]
@@ -67,6 +69,8 @@ def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[st
                             raise SuiteError(f"cannot merge: {'/'.join(key)} is in both {origin[key]} and {name}")
                         origin[key] = name
                         merged.setdefault(env, {}).setdefault(task, {}).setdefault(algo, {})[run] = steps
+    if len(sources) == 1:  # one suite's results rebuilt: nothing to match up
+        return merged
     for env, tasks in merged.items():
         (ref_task, ref_algos), *_ = tasks.items()
         for task, algos in tasks.items():
@@ -92,21 +96,57 @@ def merge_marl_eval(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[st
     return merged
 
 
-def merge_suites(
-    sources: Sequence[str | Path], out: str | Path, *, plot: bool = True, ci: str = "t", title: Optional[str] = None
-) -> tuple[Path, Optional[Path]]:
-    """Merges suite outputs into ``out/marl_eval.json``, ``out/returns.png`` and ``out/report.md``
-    (:func:`~marl_ppo.suite.report.write_report`); returns the first two paths."""
-    if len(sources) < 2:
-        raise SuiteError(f"merge needs at least two suite outputs, got {len(sources)}")
-    merged = merge_marl_eval([(str(s), read_suite_json(s)) for s in sources])
-    out = Path(out)
-    json_path = write_marl_eval(merged, out / "marl_eval.json")
-    write_json(out / "merged_from.json", {"sources": [str(Path(s).resolve()) for s in sources]})
-    plot_path = None
-    if plot:
-        from marl_ppo.suite.plot import plot_suite
+def _scoring(sources: Sequence[str | Path], protocol: Optional[str]) -> dict[str, Any]:
+    """The parts' ``scoring.json`` joined: their protocol (``protocol`` overrides; parts that differ are
+    refused without it), what each task was scored on, the reference scores and the interval."""
+    parts = [read_scoring(Path(s)) for s in sources]
+    found = {p["protocol"] for p in parts if "protocol" in p}
+    if protocol is None and len(found) > 1:
+        raise SuiteError(f"cannot merge: the parts were reported with protocols {sorted(found)}; choose: --protocol")
+    chosen = protocol or (found.pop() if found else "marl-eval")
+    if chosen not in PROTOCOLS:
+        raise SuiteError(f"--protocol must be one of {list(PROTOCOLS)}, got {chosen!r}")
+    joined: dict[str, Any] = {"protocol": chosen, "scored_on": {}, "references": {}, "ci": None}
+    for p in parts:
+        joined["scored_on"].update(p.get("scored_on", {}))
+        joined["references"].update({t: tuple(r) for t, r in p.get("references", {}).items()})
+        joined["ci"] = joined["ci"] or p.get("ci")
+    return joined
 
-        plot_path = plot_suite(merged, out / "returns.png", ci=ci, title=title)
-    write_report(merged, out, title=title)  # report.md: across seeds, and rliable's aggregates
-    return json_path, plot_path
+
+def merge_suites(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    plot: bool = True,
+    ci: Optional[str] = None,
+    title: Optional[str] = None,
+    protocol: Optional[str] = None,
+    scores: Optional[Mapping[str, ScoreSpec]] = None,
+) -> Written:
+    """Merges suite outputs (or rebuilds one's) into ``out``: ``marl_eval.json``, ``scoring.json``,
+    ``returns.png`` and ``report.md`` (:func:`~marl_ppo.suite.results.write_results`). ``protocol``, ``ci``:
+    the parts' unless given; ``scores``: ``{"<env>/<task>": score}`` for tasks to score anew (a task its suite
+    could not score: a competitive one)."""
+    if not sources:
+        raise SuiteError("merge needs at least one suite output")
+    merged = merge_marl_eval([(str(s), read_suite_json(s)) for s in sources])
+    scoring = _scoring(sources, protocol)
+    unknown = sorted(set(scores or {}) - {f"{e}/{t}" for e, tasks in merged.items() for t in tasks})
+    if unknown:
+        tasks = sorted(f"{e}/{t}" for e, ts in merged.items() for t in ts)
+        raise SuiteError(f"--score names {unknown}, which the results do not have; they have {tasks}")
+    out = Path(out)
+    written = write_results(
+        merged,
+        out,
+        specs=dict(scores or {}),
+        protocol=scoring["protocol"],
+        references=scoring["references"],
+        ci=ci or scoring["ci"] or "bootstrap",
+        plot=plot,
+        title=title,
+        scored_before=scoring["scored_on"],
+    )
+    write_json(out / "merged_from.json", {"sources": [str(Path(s).resolve()) for s in sources]})
+    return written

@@ -17,14 +17,13 @@ import yaml
 from marl_ppo.suite._files import JOB_FILE, RESULT_FILE, write_json
 from marl_ppo.suite.jobs import RunResult, execute, execute_group, prepare
 from marl_ppo.suite.local_launcher import run_in_processes
-from marl_ppo.suite.marl_eval import to_marl_eval, write_marl_eval
-from marl_ppo.suite.plot import plot_suite
+from marl_ppo.suite.marl_eval import to_marl_eval
 from marl_ppo.suite.ray_launcher import check_ray, run_on_ray
-from marl_ppo.suite.report import write_report
+from marl_ppo.suite.results import JSON_NAME, PLOT_NAME, REBUILD_HINT, Written, write_results
 from marl_ppo.suite.slurm_launcher import check_slurm, run_on_slurm
 from marl_ppo.suite.spec import Job, Suite, SuiteError, plan
 
-JSON_NAME, PLOT_NAME = "marl_eval.json", "returns.png"
+__all__ = ["JSON_NAME", "PLOT_NAME", "LAUNCHERS", "SuiteResult", "run_suite", "write_suite_results"]
 LAUNCHERS = ("local", "ray", "slurm")
 
 
@@ -37,6 +36,7 @@ class SuiteResult:
     json_path: Optional[Path] = None
     plot_path: Optional[Path] = None
     report_path: Optional[Path] = None
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)  # results not written, and why
 
     @property
     def failed(self) -> list[RunResult]:
@@ -52,7 +52,7 @@ class SuiteResult:
 
 def _job_identity(job: Mapping[str, Any]) -> dict[str, Any]:
     """What makes two jobs the same run: everything but thread counts and the progress bar."""
-    ident = {k: v for k, v in job.items() if k not in ("threads", "config_yaml")}
+    ident = {k: v for k, v in job.items() if k not in ("threads", "config_yaml", "score", "reference")}
     cfg = yaml.safe_load(job["config_yaml"])
     cfg.get("log", {}).pop("progress", None)
     ident["config"] = cfg
@@ -136,7 +136,7 @@ def run_suite(
     overrides: Sequence[str] = (),
     rerun: bool = False,
     plot: bool = True,
-    ci: str = "t",
+    ci: str = "bootstrap",
     echo: Callable[[str], None] = print,
     launcher: Literal["local", "ray", "slurm"] = "local",
     ray_address: Optional[str] = None,
@@ -184,13 +184,11 @@ def run_suite(
     ):
         results[i] = res
     result = SuiteResult([r for r in results if r is not None], out_dir)
-    ok_dirs = [r.job.run_dir for r in result.runs if r.ok]
-    if ok_dirs:
-        data = to_marl_eval(ok_dirs)
-        result.json_path = write_marl_eval(data, out_dir / JSON_NAME)  # validated
-        if plot:
-            result.plot_path = plot_suite(data, out_dir / PLOT_NAME, ci=ci, title=suite.name)
-        result.report_path = write_report(data, out_dir, title=suite.name)  # across seeds; rliable's aggregates
+    written = write_suite_results(suite, jobs, [r.job.run_dir for r in result.runs if r.ok], out_dir, plot, ci)
+    result.json_path, result.plot_path, result.report_path = written.json_path, written.plot_path, written.report_path
+    result.errors = written.errors
+    for what, why in written.errors.items():
+        echo(f"not written: {what}: {why}; {REBUILD_HINT.format(out=out_dir)}")
     write_json(
         out_dir / "suite_summary.json",
         {
@@ -208,6 +206,30 @@ def run_suite(
             "marl_eval_json": str(result.json_path) if result.json_path else None,
             "plot": str(result.plot_path) if result.plot_path else None,
             "report": str(result.report_path) if result.report_path else None,
+            "not_written": result.errors,
         },
     )
     return result
+
+
+def write_suite_results(
+    suite: Suite, jobs: Sequence[Job], ok_dirs: Sequence[str], out_dir: Path, plot: bool, ci: str
+) -> Written:
+    """The results of a suite's finished runs (:func:`~marl_ppo.suite.results.write_results`); a failure is
+    recorded in the returned errors, never raised, so that a suite's finished runs are never lost with it."""
+    if not ok_dirs:
+        return Written()
+    try:
+        data = to_marl_eval(ok_dirs)
+    except Exception as err:  # no marl_eval.json: the suite's next call (finished runs kept) builds it
+        return Written(errors={JSON_NAME: f"{type(err).__name__}: {err}"})
+    return write_results(
+        data,
+        out_dir,
+        specs={f"{j.environment}/{j.task}": j.score for j in jobs if j.score},
+        protocol=suite.protocol,
+        references={f"{j.environment}/{j.task}": tuple(j.reference) for j in jobs if j.reference is not None},
+        ci=ci,
+        plot=plot,
+        title=suite.name,
+    )

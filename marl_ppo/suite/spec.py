@@ -15,6 +15,7 @@ import yaml
 
 from marl_ppo.config_files import config_path, shipped_configs, suite_path
 from marl_ppo.options import ConfigError
+from marl_ppo.suite.scoring import PROTOCOLS, ScoreSpec, competitive_reason, parse_score
 from marl_ppo.suite.sweep import Grid, SweepError, grid_overrides, parse_sweep, run_slug, variant_name
 
 SUITE_KEYS = (
@@ -29,8 +30,9 @@ SUITE_KEYS = (
     "absolute_eval_factor",
     "slurm",
     "vectorise_seeds",
+    "protocol",
 )
-TASK_KEYS = ("config", "name", "overrides")
+TASK_KEYS = ("config", "name", "overrides", "score", "reference")
 SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup")
 
 
@@ -85,11 +87,15 @@ def as_overrides(value: Any, where: str) -> list[str]:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task of a suite: a train config file, its own overrides, and the task name in the results."""
+    """One task of a suite: a train config file, its own overrides, the task name in the results, what it is
+    scored on (:mod:`marl_ppo.suite.scoring`; ``()``: the default) and its reference scores
+    ``(random, expert)`` (``protocol: reference`` normalises its score between them)."""
 
     config: Optional[str] = None
     overrides: tuple[str, ...] = ()
     name: Optional[str] = None
+    score: ScoreSpec = ()
+    reference: Optional[tuple[float, float]] = None
 
     @classmethod
     def parse(cls, raw: Any, where: str, base: Optional[Path]) -> "TaskSpec":
@@ -106,7 +112,29 @@ class TaskSpec:
         name = raw.get("name")
         if name is not None and (not isinstance(name, str) or not name or "," in name or "/" in name):
             raise SuiteError(f"{where}.name must be a non-empty string without ',' or '/', got {name!r}")
-        return cls(config, tuple(as_overrides(raw.get("overrides"), f"{where}.overrides")), name)
+        try:
+            score = parse_score(raw.get("score"), f"{where}.score")
+        except ValueError as err:
+            raise SuiteError(str(err)) from None
+        overrides = tuple(as_overrides(raw.get("overrides"), f"{where}.overrides"))
+        return cls(config, overrides, name, score, parse_reference(raw.get("reference"), f"{where}.reference"))
+
+
+def parse_reference(raw: Any, where: str) -> Optional[tuple[float, float]]:
+    """A task's ``reference: {random: R, expert: E}``: the scores normalised to 0 and 1 (``protocol: reference``).
+
+    >>> parse_reference({"random": -2, "expert": 8.5}, "reference")
+    (-2.0, 8.5)
+    """
+    if raw is None:
+        return None
+    ok = isinstance(raw, Mapping) and set(raw) == {"random", "expert"}
+    values = [raw.get("random"), raw.get("expert")] if ok else []
+    if not ok or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise SuiteError(f"{where} must be {{random: NUMBER, expert: NUMBER}} (reference scores), got {raw!r}")
+    if values[0] == values[1]:
+        raise SuiteError(f"{where}: random and expert must differ (they become 0 and 1), got {values[0]} for both")
+    return float(values[0]), float(values[1])
 
 
 def resolve_task(path: str, base: Optional[Path], where: str) -> Path:
@@ -185,6 +213,7 @@ class Suite:
     sweep: Grid = ()
     slurm: SlurmSpec = SlurmSpec()
     vectorise_seeds: bool = False  # each (task, variant)'s seeds in one process (train.seeds, docs/seeds.md)
+    protocol: str = "marl-eval"  # how the report normalises each task's score (marl_ppo.suite.normalise)
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -200,6 +229,11 @@ class Suite:
                 raise SuiteError(f"{key} must be an integer >= {low}, got {value!r}")
         if not isinstance(self.vectorise_seeds, bool):
             raise SuiteError(f"vectorise_seeds must be true or false, got {self.vectorise_seeds!r}")
+        if self.protocol not in PROTOCOLS:
+            raise SuiteError(f"protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
+        unset = [t.name or t.config or "defaults" for t in self.tasks if t.reference is None]
+        if self.protocol == "reference" and unset:
+            raise SuiteError(f"protocol reference needs every task's reference: {{random, expert}}; missing: {unset}")
 
     @classmethod
     def from_dict(cls, raw: Any, base: Optional[Path] = None, source: str = "suite") -> "Suite":
@@ -218,7 +252,7 @@ class Suite:
             raise SuiteError(f"{source}: seeds must be a list of integers, got {seeds!r}")
         kwargs: dict[str, Any] = {
             k: raw[k]
-            for k in ("workers", "out", "name", "threads", "absolute_eval_factor", "vectorise_seeds")
+            for k in ("workers", "out", "name", "threads", "absolute_eval_factor", "vectorise_seeds", "protocol")
             if raw.get(k) is not None
         }
         if "out" in kwargs:
@@ -272,6 +306,8 @@ class Job:
     absolute_episodes: int
     threads: Optional[int]
     variant: str = ""
+    score: ScoreSpec = ()  # what the task is scored on, and its reference scores: the run does not depend on them
+    reference: Optional[tuple[float, float]] = None
 
     @property
     def result_algorithm(self) -> str:
@@ -310,6 +346,12 @@ def plan(
                 cfg.train.seed = seed
                 cfg.log.root = str(out_dir / "runs")
                 cfg.log.name = f"{name}-{cfg.loss.algorithm}{'-' + run_slug(variant) if variant else ''}-seed{seed}"
+                competitive = competitive_reason(cfg)
+                if competitive and not task.score:
+                    raise SuiteError(
+                        f"{where} ({name}): competitive ({competitive}): name what it is scored on, "
+                        "e.g. score: GROUP or score: vs_<source>/<seat>/win_rate"
+                    )
                 if apart:  # a progress bar per worker would only fill worker.log
                     cfg.log.progress = False
                 episodes = suite.absolute_eval_factor * cfg.log.eval_episodes
@@ -323,6 +365,8 @@ def plan(
                     episodes,
                     workers_threads,
                     variant,
+                    task.score,
+                    task.reference,
                 )
                 for key in (job.label, job.run_dir):
                     if key in seen:

@@ -101,13 +101,14 @@ def test_tiny_suite_reports_each_task_across_its_seeds(tiny_run):
             sum(runs[s]["absolute_metrics"]["return"]) / len(runs[s]["absolute_metrics"]["return"])
             for s in ("seed_0", "seed_1")
         ]
-        assert report["final_return"]["mappo"][f"vmas/{task}"]["values"] == pytest.approx(finals)
-        assert report["final_return"]["mappo"][f"vmas/{task}"]["mean"] == pytest.approx(sum(finals) / 2)
+        assert report["final_score"]["mappo"][f"vmas/{task}"]["values"] == pytest.approx(finals)
+        assert report["final_score"]["mappo"][f"vmas/{task}"]["mean"] == pytest.approx(sum(finals) / 2)
     md = result.report_path.read_text()
     assert "| mappo | vmas/balance | 2 |" in md and "| mappo | vmas/navigation | 2 |" in md
     if importlib.util.find_spec("rliable") is not None:  # the results extra: rliable's aggregates
-        assert report["tasks"] == ["vmas/balance", "vmas/navigation"] and report["probability_of_improvement"] == {}
-        assert "## Aggregate over tasks (rliable)" in md and (out / "profiles.png").exists()
+        stats = report["environments"]["vmas"]
+        assert stats["tasks"] == ["vmas/navigation", "vmas/balance"] and stats["probability_of_improvement"] == {}
+        assert "## Aggregate over the tasks of vmas (rliable)" in md and (out / "profiles.png").exists()
     assert json.loads((out / "suite_summary.json").read_text())["report"] == str(out / "report.md")
 
 
@@ -131,11 +132,12 @@ def test_tiny_suite_marl_eval_json(tiny_run):
             logged = dict(read_scalars(run_dir)["eval/agents/episode_reward"])
             for k, frames in (("step_1", 300), ("step_2", 600)):
                 step = run[k]
-                assert set(step) == {"step_count", "return", "agents_return"}
+                assert set(step) == {"step_count", "return", "agents_return", "score"}
+                assert step["score"] == step["agents_return"]  # one group: scored on its return
                 assert step["agents_return"] == [pytest.approx(logged[frames])]
                 assert step["return"] == step["agents_return"]  # one group: the mean over groups is its return
             absolute = run["absolute_metrics"]
-            assert set(absolute) == {"return", "agents_return"}
+            assert set(absolute) == {"return", "agents_return", "score"}
             # 10 x log.eval_episodes (2) deterministic episodes of the final policy, one value each, exactly
             assert len(absolute["return"]) == len(absolute["agents_return"]) == 20
             assert all(isinstance(x, float) and math.isfinite(x) for x in absolute["return"])
