@@ -1,33 +1,39 @@
-"""A trained VMAS policy outside marl_ppo: its ONNX export, onnxruntime and numpy, in VMAS itself.
+"""A trained policy outside marl_ppo: its ONNX export in onnxruntime and numpy, in the env's own library.
 
-    marl-ppo train                                       # or any VMAS run with continuous actions
+    marl-ppo train          # or any VMAS, PettingZoo (MPE, MAgent2, butterfly) or MaMuJoCo run
     python examples/deploy_onnx.py RUN_DIR [--episodes 10]
 
-The policy's path holds onnxruntime and numpy only: the script reads the run's ``config.yaml``
-(``yaml.safe_load``) for the scenario and its seed, builds the scenario with ``vmas.make_env`` (VMAS
-computes in torch; the script hands it the actions as tensors and nothing else of torch), and runs
-``RUN_DIR/export/<group>/policy.onnx`` (written by ``marl-ppo export`` if it is not there). It plays
-the episodes ``marl-ppo eval`` plays (the same seed rule: ``train.seed + 10000``, one env copy per
-episode, each episode's return the mean of its agents' summed rewards), prints the mean return, and
-prints ``marl-ppo eval``'s for the same run, episodes and checkpoint beside it.
+The policy's path holds onnxruntime and numpy only. The script exports the run (``marl-ppo export``),
+reads each group's ``policy.json`` (its input names, and ``observation``: what the env did to an
+observation before the policy read it, redone here in numpy: flatten (one-hot), cast, grayscale,
+frame stack), builds the env from the run's ``config.yaml`` with its own library (``vmas.make_env``;
+``mpe2``, a PettingZoo module or ``mamujoco_v1`` ``parallel_env``), and plays the episodes ``marl-ppo
+eval`` plays: the same seeds (``train.seed + 10000``; a PettingZoo-API game's copies chained as
+torchrl chains them), each episode's return the mean over a group's agents of their summed rewards.
+It prints, per group, the onnxruntime return beside ``marl-ppo eval``'s for the same run and checkpoint:
 
-``--tiny --out DIR``: trains a two-iteration run into DIR first (the examples' test).
+    agents: onnxruntime return 2.722494, marl-ppo eval return 2.722494
+
+``--tiny --out DIR``: trains a two-iteration run into DIR first (the examples' test; ``--scenario`` a
+PettingZoo MPE task instead of VMAS navigation).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import numpy as np
 import onnxruntime
-import vmas
 import yaml
 
 EVAL_SEED_OFFSET = 10_000  # marl_ppo.run.evaluation: evaluation envs are seeded train.seed + this
+DRAWS_OBSERVATION = ("butterfly",)  # games that draw their observation only with render_mode="rgb_array"
 
 
 def marl_ppo(*args: str) -> str:
@@ -38,38 +44,70 @@ def marl_ppo(*args: str) -> str:
     return proc.stdout
 
 
-def play(run_dir: Path, episodes: int) -> dict[str, float]:
-    """Each group's mean return over ``episodes`` deterministic episodes of the exported policies."""
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+class Policy:
+    """One group's exported policy: ``policy.json``'s preprocessing in numpy, then ``policy.onnx``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.record = json.loads((folder / "policy.json").read_text())
+        self.agents = self.record["agents"]
+        self.session = onnxruntime.InferenceSession(str(folder / self.record["files"]["onnx"]["file"]))
+        (self.entry,) = self.record["observation"]["entries"]  # one observation input
+        if any(s["op"] not in ("flatten", "cast", "grayscale", "frame_stack") for s in self.entry["steps"]):
+            sys.exit(f"{folder}: a step of {self.entry['steps']} is not redone here (train with env.image.size=null)")
+        if [p["name"] for p in self.record["inputs"]] != [self.entry["input"]]:
+            sys.exit(f"{folder}: this script feeds one observation input, not {self.record['inputs']}")
+        self.frames: dict[int, deque] = {}
+
+    def prepare(self, obs: np.ndarray, key: int, first: bool) -> np.ndarray:
+        """One agent's observation as the run's env gave it to the policy (``key``: its frame history)."""
+        x = np.asarray(obs)
+        for step in self.entry["steps"]:
+            if step["op"] == "flatten" and x.ndim == 0:  # a discrete observation: one-hot, as wide as the input
+                x = np.eye(self.record["inputs"][0]["shape"][-1], dtype=np.float32)[int(x)]
+            elif step["op"] == "flatten":
+                x = x.reshape(-1).astype(np.float32)  # C order, as torch's reshape
+            elif step["op"] == "cast":
+                x = x.astype(np.float32)
+            elif step["op"] == "grayscale":
+                gray = (x.astype(np.float32) * np.asarray(step["weights"], dtype=np.float32)).sum(-1, keepdims=True)
+                x = np.clip(np.round(gray), 0, 255).astype(x.dtype) if x.dtype == np.uint8 else gray.astype(x.dtype)
+            elif step["op"] == "frame_stack":
+                if first or key not in self.frames:  # at a reset the first frame fills the stack
+                    self.frames[key] = deque([x] * step["frames"], maxlen=step["frames"])
+                self.frames[key].append(x)
+                x = np.concatenate(self.frames[key], axis=-1)
+        return x
+
+    def act(self, rows: np.ndarray) -> np.ndarray:
+        """The deterministic actions of ``rows`` ``[batch, n_agents, ...]``."""
+        return self.session.run(None, {self.entry["input"]: rows})[0]
+
+
+def vmas_returns(config: dict, policies: dict[str, Policy], episodes: int) -> dict[str, float]:
+    """Each group's mean return over ``episodes`` episodes in VMAS, one env copy per episode."""
+    import vmas
+
     env_cfg, seed = config["env"], config["train"]["seed"] + EVAL_SEED_OFFSET
-    if env_cfg["kind"] != "vmas" or env_cfg.get("comm") or not env_cfg["continuous_actions"]:
+    if env_cfg.get("comm") or not env_cfg["continuous_actions"]:
         sys.exit("this script runs VMAS runs with continuous actions and no communication heads")
-    manifests = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "export").glob("*/policy.json")}
     env = vmas.make_env(
-        env_cfg["scenario"],
-        num_envs=episodes,  # one copy per episode, as marl-ppo eval does for a vectorised env
-        device="cpu",
-        continuous_actions=True,
-        max_steps=env_cfg["max_steps"],  # the episode ends at the cap, as the run's time limit ends it
-        seed=seed,
-        **env_cfg["kwargs"],
-    )
+        env_cfg["scenario"], num_envs=episodes, device="cpu", continuous_actions=True,
+        max_steps=env_cfg["max_steps"], seed=seed, **env_cfg["kwargs"],
+    )  # fmt: skip
     env.seed(seed)
     names = [agent.name for agent in env.agents]
-    sessions = {g: onnxruntime.InferenceSession(str(run_dir / "export" / g / "policy.onnx")) for g in manifests}
-    rows = {g: [names.index(a) for a in m["agents"]] for g, m in manifests.items()}
+    rows = {g: [names.index(a) for a in p.agents] for g, p in policies.items()}
     observations = env.reset()
     returns = {g: np.zeros((episodes, len(r))) for g, r in rows.items()}
     finished = {g: np.full(episodes, np.nan) for g in rows}
     ended = np.zeros(episodes, dtype=bool)
     while not ended.all():
         actions = [None] * len(names)
-        for g, session in sessions.items():
-            obs = np.stack([observations[i].numpy() for i in rows[g]], axis=1)  # [copies, agents, obs]
-            (action,) = session.run(None, {manifests[g]["inputs"][0]["name"]: obs.astype(np.float32)})
+        for g, policy in policies.items():
+            action = policy.act(np.stack([observations[i].numpy() for i in rows[g]], axis=1))
             for j, i in enumerate(rows[g]):
                 actions[i] = action[:, j]
-        observations, rewards, dones, _ = env.step([vmas_tensor(a) for a in actions])
+        observations, rewards, dones, _ = env.step([as_tensor(a) for a in actions])
         dones = dones.numpy()
         for g in rows:
             returns[g] += np.stack([rewards[i].numpy() for i in rows[g]], axis=1)
@@ -79,37 +117,108 @@ def play(run_dir: Path, episodes: int) -> dict[str, float]:
     return {g: float(finished[g].mean()) for g in rows}
 
 
-def vmas_tensor(action: np.ndarray):
+def as_tensor(action: np.ndarray):
     """An action as VMAS takes it (a torch tensor): the env's boundary, not the policy's path."""
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(action))
 
 
+def next_seed(seed: int) -> int:
+    """torchrl's seed chain (``torchrl._utils.seed_generator``): the next copy's seed."""
+    return int.from_bytes(np.random.default_rng(seed).bytes(8), "big") % (2**32 - 1)
+
+
+def make_game(env_cfg: dict):
+    """``(game, seed_mask)``: the run's PettingZoo-API game, built as marl_ppo builds one copy."""
+    kind, scenario, kwargs, cap = env_cfg["kind"], env_cfg["scenario"], dict(env_cfg["kwargs"]), env_cfg["max_steps"]
+    if kind == "mamujoco":
+        from gymnasium_robotics import mamujoco_v1
+
+        kwargs = {"agent_conf": None, "agent_obsk": 1, **kwargs, "max_episode_steps": cap}
+        return mamujoco_v1.parallel_env(scenario, **kwargs), 2**31
+    if "." not in scenario:  # an MPE task, from mpe2; its seed is not taken within 31 bits
+        module = importlib.import_module(f"mpe2.{scenario}")
+        return module.parallel_env(max_cycles=cap, continuous_actions=env_cfg["continuous_actions"], **kwargs), None
+    module = importlib.import_module(scenario)
+    if any(f".{family}." in f".{scenario}." for family in DRAWS_OBSERVATION):
+        kwargs.setdefault("render_mode", "rgb_array")
+    kwargs.pop("group_map", None)
+    try:
+        return module.parallel_env(max_cycles=cap, **kwargs), 2**31
+    except TypeError:
+        return module.parallel_env(**kwargs), 2**31
+
+
+def game_returns(config: dict, policies: dict[str, Policy], episodes: int) -> dict[str, float]:
+    """Each group's mean return over ``episodes`` episodes of a PettingZoo-API game, shared out between
+    ``min(episodes, env.num_envs)`` copies as ``marl-ppo eval`` shares them."""
+    env_cfg = config["env"]
+    copies = min(episodes, env_cfg["num_envs"])
+    seed, counted = config["train"]["seed"] + EVAL_SEED_OFFSET, {g: [] for g in policies}
+    for i in range(copies):
+        game, mask = make_game(env_cfg)
+        game.reset(seed=seed % mask if mask else seed)  # set_seed: the copy's game reset with its seed
+        for _ in range(episodes // copies + (i < episodes % copies)):
+            for g, value in play_episode(game, policies, copy=i).items():
+                counted[g].append(value)
+        game.close()
+        seed = next_seed(seed)
+    return {g: float(np.mean(v)) for g, v in counted.items()}
+
+
+def play_episode(game, policies: dict[str, Policy], copy: int) -> dict[str, float]:
+    """One episode from ``game.reset()``: each group's mean over its agents of their summed rewards
+    (an agent that has left scores 0 from then on, and is fed zeros)."""
+    observations, _ = game.reset()
+    totals = {g: np.zeros(len(p.agents)) for g, p in policies.items()}
+    first = True
+    while game.agents:
+        actions = {}
+        for g, policy in policies.items():
+            rows = []
+            for j, agent in enumerate(policy.agents):
+                obs = observations.get(agent)
+                obs = np.zeros_like(game.observation_space(agent).sample()) if obs is None else obs
+                rows.append(policy.prepare(obs, key=hash((copy, agent)), first=first))
+            action = policy.act(np.stack(rows)[None])[0]
+            actions |= {a: action[j] for j, a in enumerate(policy.agents) if a in game.agents}
+        observations, rewards, *_ = game.step(actions)
+        for g, policy in policies.items():
+            totals[g] += [rewards.get(a, 0.0) for a in policy.agents]
+        first = False
+    return {g: float(t.mean()) for g, t in totals.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", nargs="?", help="a VMAS run directory (marl-ppo train)")
+    parser.add_argument("run_dir", nargs="?", help="a run directory (marl-ppo train)")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--checkpoint", default="last.pt")
     parser.add_argument("--tiny", action="store_true", help="train a two-iteration run into --out first")
+    parser.add_argument("--scenario", help="--tiny: a PettingZoo MPE task (e.g. simple_spread_v3) instead of VMAS")
     parser.add_argument("--out", help="--tiny: where the run goes")
     parser.add_argument("--threads", type=int, default=None, help="(the examples' test passes it; unused)")
     args = parser.parse_args()
     if args.tiny:
         tiny = ["train.total_frames=1200", "train.frames_per_batch=600", "env.num_envs=6", "env.max_steps=50",
                 "model.hidden=[32]", "train.minibatch_size=300", "log.progress=false", "log.plot=false",
-                "log.eval_every=0", f"log.root={args.out}"]  # fmt: skip
+                "log.eval_every=0", "train.num_threads=1", f"log.root={args.out}"]  # fmt: skip
+        if args.scenario:
+            tiny += ["env.kind=pettingzoo", f"env.scenario={args.scenario}", "train.frames_per_batch=300"]
         marl_ppo("train", *tiny)
         args.run_dir = str(next(Path(args.out).glob("*/config.yaml")).parent)
     run_dir = Path(args.run_dir)
     marl_ppo("export", str(run_dir), "--format", "onnx", "--checkpoint", args.checkpoint)
-    deployed = play(run_dir, args.episodes)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    policies = {p.parent.name: Policy(p.parent) for p in (run_dir / "export").glob("*/policy.json")}
+    play = vmas_returns if config["env"]["kind"] == "vmas" else game_returns
+    deployed = play(config, policies, args.episodes)
     evaluated = json.loads(
         marl_ppo("eval", str(run_dir), "--episodes", str(args.episodes), "--checkpoint", args.checkpoint)
-    )
+    )["episode_reward"]
     for g, value in deployed.items():
-        print(f"{g}: onnxruntime return {value:.6f}, marl-ppo eval return {evaluated['episode_reward'][g]:.6f}")
-    print(json.dumps({"onnxruntime": deployed, "marl_ppo_eval": evaluated["episode_reward"]}))
+        print(f"{g}: onnxruntime return {value:.6f}, marl-ppo eval return {evaluated[g]:.6f}")
 
 
 if __name__ == "__main__":

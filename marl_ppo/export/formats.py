@@ -13,7 +13,14 @@ format          file       runs with                                   needs
 ==============  =========  ==========================================  ==========================
 
 ``run(path)`` gives a callable from a list of numpy arrays (in the graph's input order) to a list
-of numpy arrays: how the export checks each file it writes against the torch policy.
+of numpy arrays: how the export checks each file it writes against the torch policy; ``needs(path)``
+every file a runtime must have beside it to load it (``policy.json`` lists them: a copy of those
+files alone runs).
+
+The free leading dim is named :data:`BATCH` wherever a file names its axes (an ONNX graph's
+``dim_param``), as ``policy.json`` names it. An ONNX policy's weights are kept inside the ``.onnx``
+(one file) up to :data:`ONNX_INLINE_LIMIT` bytes; above it (protobuf's 2 GB limit is near) they go
+to ``policy.onnx.data`` beside it, which ``needs`` then lists.
 """
 
 from __future__ import annotations
@@ -31,7 +38,10 @@ import torch
 
 from marl_ppo.export.graph import ExportError, PolicyGraph
 
-__all__ = ["Format", "FORMATS", "export_format", "capture"]
+__all__ = ["Format", "FORMATS", "export_format", "capture", "BATCH", "ONNX_INLINE_LIMIT"]
+
+BATCH = "batch"  # the free leading dim's name, in the files as in policy.json
+ONNX_INLINE_LIMIT = 1 << 30  # bytes of weights kept inside policy.onnx; more go to policy.onnx.data
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -47,6 +57,7 @@ class Format:
     extra: str | None
     write: Callable[[torch.export.ExportedProgram, PolicyGraph, tuple, Path], None]
     run: Callable[[Path, PolicyGraph], Runner]
+    needs: Callable[[Path], list[str]] = lambda path: [path.name]
 
     def check_installed(self) -> None:
         missing = [p for p in self.packages if not _imports(p)]
@@ -67,7 +78,7 @@ def _imports(package: str) -> bool:
 
 def capture(graph: PolicyGraph, example: tuple) -> torch.export.ExportedProgram:
     """``graph`` captured by ``torch.export`` with its leading (batch) dim free."""
-    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    batch = torch.export.Dim(BATCH, min=1, max=1 << 20)
     shapes = (tuple({0: batch} for _ in example),)  # forward(*inputs): one tuple of per-input specs
     with warnings.catch_warnings():  # torchrl's and tensordict's own warnings while tracing
         warnings.simplefilter("ignore")
@@ -111,13 +122,23 @@ def _run_torchscript(path: Path, graph: PolicyGraph) -> Runner:
 
 def _write_onnx(program, graph, example, path: Path) -> None:
     names = dict(input_names=[p.name for p in graph.inputs], output_names=[p.name for p in graph.outputs])
+    # the axes named as policy.json names them: given as strings, the exporter renames its symbols (s95) to them
+    axes = (tuple({0: BATCH} for _ in example),)
+    size = sum(t.numel() * t.element_size() for t in program.state_dict.values()) + sum(
+        t.numel() * t.element_size() for t in program.constants.values() if isinstance(t, torch.Tensor)
+    )
+    stale = path.with_name(path.name + ".data")
+    stale.unlink(missing_ok=True)  # a previous export's weights must not pass for this one's
     registry = logging.getLogger("torch.onnx")  # one warning per torchvision operator it cannot register
     level = registry.level
     registry.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(program, example, str(path), verbose=False, optimize=True, **names)
+            torch.onnx.export(
+                program, example, str(path), verbose=False, optimize=True, dynamic_shapes=axes,
+                external_data=size > ONNX_INLINE_LIMIT, **names,
+            )  # fmt: skip
     except torch.onnx.OnnxExporterError as err:  # an operator ONNX has no translation for: name it, and what would do
         ops = sorted(set(re.findall(r"OpOverload\(op='([\w.:]+)'", str(err)))) or ["(see the ONNX exporter's report)"]
         raise ExportError(
@@ -126,6 +147,16 @@ def _write_onnx(program, graph, example, path: Path) -> None:
         ) from None
     finally:
         registry.setLevel(level)
+
+
+def _onnx_needs(path: Path) -> list[str]:
+    """``path`` and every external data file its initializers name (read from the graph, not guessed)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    tensors = [*model.graph.initializer, *(a.t for n in model.graph.node for a in n.attribute if a.HasField("t"))]
+    files = {e.value for t in tensors for e in t.external_data if e.key == "location"}
+    return [path.name, *sorted(files)]
 
 
 def _run_onnx(path: Path, graph: PolicyGraph) -> Runner:
@@ -143,7 +174,7 @@ def _run_onnx(path: Path, graph: PolicyGraph) -> Runner:
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format("onnx", ".onnx", ("onnx", "onnxscript", "onnxruntime"), "export", _write_onnx, _run_onnx),
+        Format("onnx", ".onnx", ("onnx", "onnxscript", "onnxruntime"), "export", _write_onnx, _run_onnx, _onnx_needs),
         Format("torchscript", ".pt", (), None, _write_torchscript, _run_torchscript),
         Format("exported", ".pt2", (), None, _write_exported, _run_exported),
     )

@@ -16,7 +16,11 @@ recurrent state (``next.actor_hidden``).
 
 Two layouts: ``group`` reads ``[batch, n_agents, ...]`` (a row is the whole group in one env copy;
 every policy can), ``agent`` reads ``[batch, ...]`` (a row is one agent; a policy whose agents
-share parameters and do not read each other: ``mlp``, ``gru``, ``lstm``, ``cnn``, ``deepsets``).
+share parameters and do not read each other: ``mlp``, ``gru``, ``lstm``, ``cnn``, ``deepsets`` over
+each agent's own sets). A policy holding a module that reads other agents (a ``gnn``'s graph, a
+centralised trunk, a set pooled over the agents, or any module with ``reads_other_agents = True``)
+is refused for ``agent`` by its structure, before any row is run: a radius GNN agrees with itself
+on rows where no two agents are near, so no check on rows alone can clear it.
 
 >>> from torchrl.envs.libs.vmas import VmasEnv
 >>> from marl_ppo.groups.specs import read_group_specs
@@ -160,11 +164,41 @@ def policy_graph(actor: nn.Module, group: GroupSpec, *, outputs: str = "action",
     return graph
 
 
+def reads_other_agents(actor: nn.Module) -> str | None:
+    """What in ``actor`` reads other agents' inputs or holds one set of parameters per agent, in words;
+    ``None`` if nothing does (the agent layout can run it one agent at a time)."""
+    from torchrl.modules.models.multiagent import MultiAgentNetBase
+
+    from marl_ppo.models.deepsets import SetEncoder
+    from marl_ppo.models.gnn import AgentGraph
+
+    for module in actor.modules():
+        if isinstance(module, AgentGraph):
+            return "a gnn, whose agents exchange messages over their graph"
+        if isinstance(module, SetEncoder) and module.team is not None:
+            return "a deepsets trunk pooled over the agents"
+        if isinstance(module, MultiAgentNetBase) and module.centralized:
+            return f"a centralised trunk ({type(module).__name__}, reading every agent's input)"
+        if isinstance(module, MultiAgentNetBase) and not module.share_params:
+            return f"one set of parameters per agent ({type(module).__name__}, model.share_params=false)"
+        if getattr(module, "reads_other_agents", False) is True:
+            return f"{type(module).__name__} (reads_other_agents=True)"
+    return None
+
+
 def _per_agent(grouped: PolicyGraph, group: GroupSpec) -> PolicyGraph:
-    """``grouped`` with one agent per row, if each agent's action depends on its own row only: the
-    group layout's actions, agent by agent, must equal the agent layout's on the same rows (else an
-    ExportError, as for a policy that cannot run one agent at a time)."""
+    """``grouped`` with one agent per row, if each agent's action depends on its own row only: nothing in
+    the policy reads other agents (:func:`reads_other_agents`), and the group layout's actions, agent by
+    agent, equal the agent layout's on the same random rows (else an ExportError, as for a policy that
+    cannot run one agent at a time). The run-back check on the run's own observations
+    (:mod:`~marl_ppo.export.rows`) compares it with the trained policy again, where the agents meet."""
     n = group.n_agents
+    what = reads_other_agents(grouped.actor)
+    if what is not None:
+        raise ExportError(
+            f"group {group.name!r}: --layout agent runs each agent alone, but this policy has {what}; "
+            "export it with --layout group"
+        )
     graph = PolicyGraph(
         _one_agent(grouped.actor), [_row(p) for p in grouped.inputs], [_row(p) for p in grouped.outputs], "agent"
     )

@@ -1,10 +1,12 @@
 """``policy.json``: everything a runtime needs beside an exported policy, in plain JSON.
 
-Its ports (names, shapes with ``"batch"`` for the free dim, dtypes), each action head's space (a
-box's bounds, a categorical's size, a multi-categorical's sizes, whether a mask applies), the
-group's agents in row order, which run and checkpoint the parameters come from, the package
-versions that wrote it, and each file written with the largest difference found against the torch
-policy when it was checked.
+Its ports (names, shapes with ``"batch"`` for the free dim, as the files name their axes, dtypes),
+what the env does to an observation before the policy reads it (``observation``:
+:mod:`~marl_ppo.export.preprocessing`), each action head's space (a box's bounds, a categorical's
+size, a multi-categorical's sizes, whether a mask applies), the group's agents in row order, which
+run and checkpoint the parameters come from, the package versions that wrote it, and per format the
+file, every file a runtime needs beside it (``needs``: copy these) and the largest difference found
+against the torch policy when it was checked.
 """
 
 from __future__ import annotations
@@ -58,10 +60,17 @@ def _versions() -> dict[str, str]:
 
 
 def manifest(
-    graph: PolicyGraph, group: GroupSpec, *, outputs: str, files: dict[str, dict[str, Any]], source: dict[str, Any]
+    graph: PolicyGraph,
+    group: GroupSpec,
+    *,
+    outputs: str,
+    files: dict[str, dict[str, Any]],
+    source: dict[str, Any],
+    preprocessing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``policy.json`` of one group's export; ``files``: per format, the file and its check;
-    ``source``: the run, checkpoint, iteration and env it came from."""
+    """The ``policy.json`` of one group's export; ``files``: per format, the file, every file a runtime
+    needs beside it, and its check; ``source``: the run, checkpoint, iteration and env it came from;
+    ``preprocessing``: what the env does to an observation before the graph reads it (``observation``)."""
     return {
         "group": group.name,
         "agents": list(group.agents),
@@ -72,6 +81,7 @@ def manifest(
         else "each head's distribution parameters; a mask, if any, is not applied",
         "inputs": [_port(p) for p in graph.inputs],
         "output_ports": [_port(p) for p in graph.outputs],
+        "observation": preprocessing or {"env": None, "note": "exported without a run: feed what the policy read"},
         "action_space": action_space(group),
         "files": files,
         "source": source,

@@ -19,6 +19,7 @@ import torch
 from marl_ppo.export.formats import capture, export_format
 from marl_ppo.export.graph import ExportError, PolicyGraph
 from marl_ppo.export.manifest import manifest
+from marl_ppo.export.rows import EnvRows
 from marl_ppo.groups.specs import GroupSpec
 
 __all__ = ["export_policy", "compare", "TOLERANCE"]
@@ -26,18 +27,21 @@ __all__ = ["export_policy", "compare", "TOLERANCE"]
 TOLERANCE = 1e-5  # floats; discrete actions must be equal
 
 
-def compare(graph: PolicyGraph, want: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float:
+def compare(
+    graph: PolicyGraph, want: Sequence[np.ndarray], got: Sequence[np.ndarray], against: str = "the torch policy's"
+) -> float:
     """The largest absolute difference between two sets of outputs; an ExportError naming the first
-    output that differs beyond :data:`TOLERANCE` (any difference for a discrete one) or has another shape."""
+    output that differs beyond :data:`TOLERANCE` (any difference for a discrete one) or has another
+    shape, and (``against``) what it was compared with."""
     worst = 0.0
     for port, w, g in zip(graph.outputs, want, got):
         w, g = np.asarray(w), np.asarray(g)
         if w.shape != g.shape:
-            raise ExportError(f"output {port.name!r}: shape {list(g.shape)}, the torch policy's {list(w.shape)}")
+            raise ExportError(f"output {port.name!r}: shape {list(g.shape)}, {against} {list(w.shape)}")
         diff = float(np.abs(w.astype(np.float64) - g.astype(np.float64)).max()) if w.size else 0.0
         floating = np.issubdtype(w.dtype, np.floating)
         if diff > (TOLERANCE if floating else 0.0):
-            raise ExportError(f"output {port.name!r} differs from the torch policy's by {diff:.3g}")
+            raise ExportError(f"output {port.name!r} differs from {against} by {diff:.3g}")
         worst = max(worst, diff)
     return worst
 
@@ -50,9 +54,13 @@ def export_policy(
     *,
     source: dict[str, Any] | None = None,
     outputs: str = "action",
+    env_rows: EnvRows | None = None,
+    preprocessing: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Writes ``graph`` in each of ``formats`` into the folder ``out``, checks each file, writes
-    ``policy.json`` beside them; returns the files by format."""
+    """Writes ``graph`` in each of ``formats`` into the folder ``out``, checks each file (on random rows;
+    on ``env_rows`` too, the run's real observations, where given), writes ``policy.json`` beside them
+    (``preprocessing``: what the env does to an observation before the policy reads it); returns the
+    files by format."""
     chosen = [export_format(f) for f in formats]
     for fmt in chosen:  # before any work: a missing package names its extra
         fmt.check_installed()
@@ -60,24 +68,35 @@ def export_policy(
     out.mkdir(parents=True, exist_ok=True)
     example = graph.example(3, torch.Generator().manual_seed(0))
     program = capture(graph, example)
-    check = graph.example(5, torch.Generator().manual_seed(1))
+    check = [t.numpy() for t in graph.example(5, torch.Generator().manual_seed(1))]
     with torch.no_grad():
-        want = [t.numpy() for t in graph(*check)]
+        want = [t.numpy() for t in graph(*[torch.from_numpy(x) for x in check])]
     files, written = {}, {}
     for fmt in chosen:
         path = out / f"policy{fmt.suffix}"
         fmt.write(program, graph, example, path)
-        try:
-            got = fmt.run(path, graph)([t.numpy() for t in check])
-        except Exception as err:  # noqa: BLE001 -- each runtime raises its own types
-            others = [f for f in ("exported", "torchscript", "onnx") if f != fmt.name]
-            raise ExportError(
-                f"format {fmt.name!r}: the written {path.name} does not run on {len(check[0])} rows "
-                f"({type(err).__name__}: {str(err).strip().splitlines()[0]}); try --format {others[0]} or {others[1]}"
-            ) from None
-        diff = compare(graph, want, got)
-        files[fmt.name] = {"file": path.name, "max_abs_diff": diff, "checked_rows": len(check[0])}
+        run = fmt.run(path, graph)
+        diff = compare(graph, want, _run_back(run, fmt.name, path, check))
+        record = {"file": path.name, "needs": fmt.needs(path), "max_abs_diff": diff, "checked_rows": len(check[0])}
+        if env_rows is not None:  # the trained policy's own outputs, where the run's agents met
+            got = _run_back(run, fmt.name, path, env_rows.inputs)
+            played = f"what the trained policy played in the run's env ({env_rows.steps} steps, group layout)"
+            record["max_abs_diff"] = max(diff, compare(graph, env_rows.outputs, got, against=played))
+            record |= {"env_rows": len(env_rows.inputs[0]), "env_steps": env_rows.steps}
+        files[fmt.name] = record
         written[fmt.name] = path
-    record = manifest(graph, group, outputs=outputs, files=files, source=source or {})
+    record = manifest(graph, group, outputs=outputs, files=files, source=source or {}, preprocessing=preprocessing)
     (out / "policy.json").write_text(json.dumps(record, indent=1) + "\n")
     return written
+
+
+def _run_back(run, fmt: str, path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``run(inputs)``; an ExportError naming the format and the formats to try where the file does not run."""
+    try:
+        return run(inputs)
+    except Exception as err:  # noqa: BLE001 -- each runtime raises its own types
+        others = [f for f in ("exported", "torchscript", "onnx") if f != fmt]
+        raise ExportError(
+            f"format {fmt!r}: the written {path.name} does not run on {len(inputs[0])} rows "
+            f"({type(err).__name__}: {str(err).strip().splitlines()[0]}); try --format {others[0]} or {others[1]}"
+        ) from None

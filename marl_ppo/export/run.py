@@ -1,8 +1,10 @@
 """A run's trained policies exported: ``marl-ppo export RUN_DIR`` and :func:`export_run`.
 
 The run is rebuilt from its ``config.yaml`` and a checkpoint (:func:`~marl_ppo.run.build.load_policy`,
-as ``marl-ppo eval`` does, on the CPU), and each trained group's actor goes through
-:func:`~marl_ppo.export.policy.export_policy` into ``OUT/<group>/``. A group played by an opponent
+as ``marl-ppo eval`` does, on the CPU), its env is reset and played a few steps by the trained
+policy (:mod:`~marl_ppo.export.rows`: the run-back check's real observations), and each trained
+group's actor goes through :func:`~marl_ppo.export.policy.export_policy` into ``OUT/<group>/``, with
+what the env does to its observations (:mod:`~marl_ppo.export.preprocessing`). A group played by an opponent
 (a scripted bot, a frozen checkpoint, a pool) has no trained policy in the run: it is refused with
 what plays it. Groups that play with another group's networks (``opponents: {g: self}``) export
 their own copy, on their own entries.
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from marl_ppo.export.graph import ExportError, policy_graph
 from marl_ppo.export.policy import export_policy
+from marl_ppo.export.preprocessing import preprocessing
+from marl_ppo.export.rows import play_env, rows_of
 
 __all__ = ["export_run"]
 
@@ -62,12 +66,20 @@ def export_run(
             "algorithm": cfg.loss.algorithm,
         }
         out = Path(out) if out is not None else run_dir / "export"
+        graphs = {
+            g: policy_graph(parts.router.losses[g].actor_network, parts.groups[g], outputs=outputs, layout=layout)
+            for g in chosen
+        }  # every group's refusal before the env is played
+        played = play_env(parts.env, parts.policy)
         written = {}
-        for g in chosen:
-            graph = policy_graph(parts.router.losses[g].actor_network, parts.groups[g], outputs=outputs, layout=layout)
+        for g, graph in graphs.items():
+            group = parts.groups[g]
+            observed = [p for p in graph.inputs if p.key in group.observation_keys]
             written[g] = export_policy(
-                graph, parts.groups[g], formats, out / g, source=source | {"group": g}, outputs=outputs
-            )
+                graph, group, formats, out / g, source=source | {"group": g}, outputs=outputs,
+                env_rows=rows_of(graph, played, group.n_agents),
+                preprocessing=preprocessing(cfg.env, observed, layout),
+            )  # fmt: skip
         return written
     finally:
         parts.env.close()

@@ -171,7 +171,11 @@ def test_the_agent_layout_is_one_agent_per_row_and_needs_shared_parameters(tmp_p
         got = FORMATS["onnx"].run(path, per_agent)([t.numpy() for t in rows])
         for want, value in zip(whole(*inputs), got):
             np.testing.assert_allclose(value, want.flatten(0, 1).numpy(), atol=1e-5, rtol=0)
-        with pytest.raises(ExportError, match="layout=agent exports one agent per row, but .* use layout=group"):
+        with pytest.raises(
+            ExportError,
+            match=r"--layout agent runs each agent alone, but this policy has one set of "
+            r"parameters per agent \(PerAgentMLP, model.share_params=false\); export it with --layout group",
+        ):
             policy_graph(unshared.router.losses["agents"].actor_network, unshared.groups["agents"], layout="agent")
     finally:
         parts.env.close()
