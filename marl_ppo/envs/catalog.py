@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-__all__ = ["PettingZooEnv", "pettingzoo_envs"]
+__all__ = ["OUR_EXTRAS", "PettingZooEnv", "pettingzoo_envs"]
+
+# the packages of env families that an extra of marl_ppo installs (pyproject.toml): named for them, not PettingZoo's
+OUR_EXTRAS = {"magent2": "magent2", "pymunk": "butterfly"}
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,11 @@ class PettingZooEnv:
 
     @property
     def install(self) -> str:
-        """How to install what it misses (PettingZoo's own extra for the family)."""
+        """How to install what it misses: marl_ppo's extra where one installs the package (as ``train`` says),
+        else PettingZoo's own extra for the family."""
+        top = (self.missing or "").partition(".")[0]
+        if top in OUR_EXTRAS:
+            return f"pip install 'marl-ppo[{OUR_EXTRAS[top]}]'"
         return f"pip install 'pettingzoo[{self.family}]'"
 
 

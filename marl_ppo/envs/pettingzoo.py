@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 
+from marl_ppo.envs.catalog import OUR_EXTRAS as _EXTRAS
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig, ImageOptions
@@ -62,8 +63,6 @@ from marl_ppo.options import ConfigError
 __all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
-# the packages of env families that an extra of marl_ppo installs (pyproject.toml)
-_EXTRAS = {"magent2": "magent2", "pymunk": "butterfly"}
 # Families whose games draw their observation only when they render: pistonball and cooperative pong leave the
 # screen they observe undrawn without a render mode (every frame the first; knights-archers-zombies draws its own
 # either way). Each copy, for training, evaluation and video alike, is built with these unless env.kwargs sets them.

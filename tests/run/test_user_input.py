@@ -281,3 +281,22 @@ def test_list_tune_and_a_checkpoint_opponent_of_other_specs_says_which_side_is_w
     line = last_line(proc)
     assert "cannot play this run's seat 'player_2': observation shape" in line
     assert "(this run's seat on the left, the other run's group on the right)" in line
+
+
+def test_list_and_train_name_the_same_extra_for_a_family_whose_package_is_missing(tmp_path):
+    """Without pymunk, ``list pettingzoo`` and ``train pistonball`` both name marl-ppo's extra ``butterfly``."""
+    block = "import sys; sys.modules['pymunk'] = None; from marl_ppo.cli import main; sys.exit(main(sys.argv[1:]))"
+    listed = subprocess.run(
+        [sys.executable, "-c", block, "list", "pettingzoo"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [ln for ln in listed.stdout.splitlines() if ln.strip().startswith("butterfly/pistonball")]
+    assert "pip install 'marl-ppo[butterfly]'" in line
+    assert "cooperative_pong" not in " ".join(ln for ln in listed.stdout.splitlines() if "needs" in ln)
+    trained = subprocess.run(
+        [sys.executable, "-c", block, "train", "pistonball", f"log.root={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert trained.returncode == 1 and "pip install 'marl-ppo[butterfly]'" in trained.stderr.strip().splitlines()[-1]
