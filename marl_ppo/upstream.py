@@ -91,6 +91,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "models/distributions.py, collect/lean_vmas.py",
     ),
     PrivateName("torch.distributions.Distribution", "_validate_args", "read", "collect/lean_vmas.py"),
+    PrivateName("torchrl.weight_update._ray", "_DIST_TIMEOUT", "read", "collect/collectors.py"),
     PrivateName("tensordict.nn.ProbabilisticTensorDictModule", "_generator", "read", "collect/lean_vmas.py"),
     PrivateName("tensordict.nn.ProbabilisticTensorDictModule", "_generator_key", "read", "collect/lean_vmas.py"),
     # VMAS through torchrl's wrapper

@@ -183,6 +183,7 @@ def make_collector(
         )
         description = f"torchrl MultiSyncCollector ({len(env_fns)} worker processes)"
     else:
+        _patient_ray_weight_sync()
         collector = Collector(
             list(env_fns),
             policy,
@@ -196,3 +197,15 @@ def make_collector(
     flat = FlatCollector(collector, stacked=True, description=description)
     flat.update_policy_weights_()  # before the first batch: the workers start from this policy
     return flat
+
+
+def _patient_ray_weight_sync() -> None:
+    """torchrl 0.14.1's Ray weight sync waits a hard-coded 60 s (``_DIST_TIMEOUT``; its docstring says 300 s) for
+    its workers to connect, and that wait includes starting a Ray worker process that imports torch: on a loaded
+    2-core machine it timed out (``DistStoreError: wait timeout after 60000ms``; 70 s with four CPU hogs). Ten
+    minutes, a bound on a hang, not on a slow start."""
+    from datetime import timedelta
+
+    from torchrl.weight_update import _ray as ray_sync
+
+    ray_sync._DIST_TIMEOUT = max(ray_sync._DIST_TIMEOUT, timedelta(minutes=10))

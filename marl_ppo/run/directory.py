@@ -1,8 +1,16 @@
-"""A run's directory: its name, the rule that a new run never writes into another run's, and its notes."""
+"""A run's directory: its name, the rule that a new run never writes into another run's, and its notes.
+
+A new run's directory is planned by name (:func:`run_directory`, before anything is built, so that a bad
+config is refused before any directory exists) and claimed when its record opens
+(:func:`claim_run_directory`): its ``config.yaml`` is created exclusively (``O_EXCL``), so of two runs that
+planned the same name at the same moment (two ``marl-ppo train`` started together, ``torchrun`` ranks)
+exactly one gets it, and the other takes the next free name.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -12,21 +20,27 @@ from torchrl.envs import TransformedEnv
 
 from marl_ppo.config import Config, TrainConfig, rounded_budget
 
-__all__ = ["run_directory", "collector_text", "note", "start_notes", "finished_summary", "write_summary"]
+__all__ = [
+    "run_directory",
+    "claim_run_directory",
+    "collector_text",
+    "note",
+    "start_notes",
+    "finished_summary",
+    "write_summary",
+]
 
 
 def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path:
-    """The run's directory. A new run never writes into another run's directory: the default name
+    """The run's planned directory. A new run never writes into another run's directory: the default name
     (``<log.root>/<run name>``) gets the next free ``-2``, ``-3``... suffix, and an explicit directory
     holding a run is refused; a resumed run uses the directory as it is. One directory holds one seed
-    (``cfg`` is a single seed's config, see :func:`~marl_ppo.run.seeds.seed_configs`)."""
+    (``cfg`` is a single seed's config, see :func:`~marl_ppo.run.seeds.seed_configs`). Nothing is created:
+    a new run claims its directory when it opens it (:func:`claim_run_directory`)."""
     if run_dir is not None:
         run_dir = Path(run_dir)
         if not resume and (run_dir / "config.yaml").exists():
-            raise FileExistsError(
-                f"{run_dir} already holds a run; resume it (marl-ppo train --resume {run_dir}) "
-                "or choose another directory"
-            )
+            raise _taken(run_dir)
         return run_dir
     base = Path(cfg.log.root) / cfg.run_name()
     if resume:
@@ -36,6 +50,34 @@ def run_directory(cfg: Config, run_dir: str | Path | None, resume: bool) -> Path
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def claim_run_directory(cfg: Config, run_dir: Path, config_yaml: str) -> Path:
+    """Claims ``run_dir`` (as :func:`run_directory` planned it) for a new run by creating its ``config.yaml``
+    exclusively with ``config_yaml``; returns the directory claimed. Where another run has created it since
+    (two runs started together), a default name (``<log.root>/<run name>[-N]``) takes the next free suffix
+    and an explicit directory is refused (:class:`FileExistsError`), as :func:`run_directory` refuses it."""
+    base = Path(cfg.log.root) / cfg.run_name()
+    default = run_dir.parent == base.parent and re.fullmatch(re.escape(base.name) + r"(-(\d+))?", run_dir.name)
+    n = int(default.group(2) or 1) if default else 1
+    path = run_dir
+    while True:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path / "config.yaml", "x") as f:  # O_CREAT | O_EXCL: one of two runs creates it
+                f.write(config_yaml)
+            return path
+        except FileExistsError:
+            if not default:
+                raise _taken(path) from None
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+def _taken(run_dir: Path) -> FileExistsError:
+    return FileExistsError(
+        f"{run_dir} already holds a run; resume it (marl-ppo train --resume {run_dir}) or choose another directory"
+    )
 
 
 def note(run_dir: Path, text: str) -> None:

@@ -4,8 +4,13 @@ directory beside the seeds' (``<log.root>/<name>-seeds``).
 ``group_summary.json`` holds, for each final return, every seed's value, their mean and sd and the 95 %
 bootstrap interval of the mean (:func:`marl_ppo.stats.describe`): the evaluation's (each seed's
 ``summary.json``) and the training return each seed last logged (``collect/<group>/episode_reward``).
-``returns.png`` and ``diagnostics.png`` draw the group's mean curves in their band
-(:func:`~marl_ppo.run.plots.plot_runs`). A seed that failed is named with its reason and left out.
+Below :data:`MIN_INTERVAL_SEEDS` seeds there is no interval (``ci95: null`` and a note saying why): a
+bootstrap of two values is their range, not a 95 % interval. ``returns.png`` and ``diagnostics.png`` draw
+the group's mean curves in their band (:func:`~marl_ppo.run.plots.plot_runs`). A seed that failed is named
+with its reason and left out.
+
+The group's directory is claimed when the group starts (created exclusively, :func:`group_directory`) and
+named in each seed's ``seeds_group.json``, so a resumed group writes its result where it began.
 """
 
 from __future__ import annotations
@@ -18,23 +23,30 @@ from typing import Any
 from marl_ppo.run.logger import read_scalars
 from marl_ppo.stats import RESAMPLES, describe
 
-__all__ = ["GROUP_SUMMARY", "group_directory", "write_group_result", "group_lines"]
+__all__ = ["GROUP_SUMMARY", "MIN_INTERVAL_SEEDS", "TOO_FEW", "group_directory", "write_group_result", "group_lines"]
 
 GROUP_SUMMARY = "group_summary.json"
+MIN_INTERVAL_SEEDS = 3  # a bootstrap "interval" of one or two values is only their range
+TOO_FEW = "too few seeds for an interval"
 METHOD = (
-    f"95% percentile bootstrap interval of the mean over seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0)"
+    f"95% percentile bootstrap interval of the mean over seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0;"
+    f" none below {MIN_INTERVAL_SEEDS} seeds)"
 )
 
 
 def group_directory(name: str, run_dirs: Sequence[Path]) -> Path:
-    """A new group's directory: ``<name>-seeds`` beside its first seed's, with the next free ``-2``, ``-3``... suffix
-    where another group's result is there."""
+    """A new group's directory, claimed: ``<name>-seeds`` beside its first seed's, created exclusively, or the next
+    ``-2``, ``-3``... that no other group has created (two groups started together never share one, and a new
+    group never takes the directory of an interrupted one, which its resume will write)."""
     base = Path(run_dirs[0]).parent / f"{name}-seeds"
     path, n = base, 1
-    while (path / GROUP_SUMMARY).exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    while True:
+        try:
+            path.mkdir(parents=True)  # atomic: exactly one of two groups creates it
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 def _finals(run_dir: Path) -> dict[str, float]:
@@ -64,7 +76,7 @@ def write_group_result(group_dir: Path, run_dirs: Sequence[Path], seeds: Sequenc
         "failed": failed,
         "frames": json.loads((done[0][1] / "summary.json").read_text()).get("frames") if done else None,
         "interval": METHOD,
-        "final": {k: describe([f[k] for f in finals]) for k in keys},
+        "final": {k: _statistics([f[k] for f in finals]) for k in keys},
     }
     group_dir = Path(group_dir)
     group_dir.mkdir(parents=True, exist_ok=True)
@@ -74,6 +86,15 @@ def write_group_result(group_dir: Path, run_dirs: Sequence[Path], seeds: Sequenc
 
         plot_runs([d for _, d in done], group_dir)
     return summary
+
+
+def _statistics(values: list[float]) -> dict[str, Any]:
+    """:func:`~marl_ppo.stats.describe` of the seeds' values, without an interval below :data:`MIN_INTERVAL_SEEDS`."""
+    d = describe(values)
+    if d["n"] < MIN_INTERVAL_SEEDS:
+        d["ci95"] = None
+        d["no_interval"] = f"{TOO_FEW} ({d['n']} < {MIN_INTERVAL_SEEDS})"
+    return d
 
 
 def _reason(run_dir: Path) -> str:
@@ -86,6 +107,10 @@ def group_lines(summary: dict, group_dir: Path) -> list[str]:
     lines = [f"seed group {summary['seeds']}: {group_dir / GROUP_SUMMARY}"]
     for key, d in summary["final"].items():
         sd = f" ± {d['sd']:.4g} (sd)" if d["sd"] is not None else ""
-        lines.append(f"  {key}: {d['mean']:.4g}{sd}, 95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}]")
+        if d.get("ci95") is None:  # one or two seeds: their values, and no interval
+            values = ", ".join(f"{v:.4g}" for v in d["values"])
+            lines.append(f"  {key}: {d['mean']:.4g}{sd}, values [{values}] (n={d['n']}: {TOO_FEW})")
+        else:
+            lines.append(f"  {key}: {d['mean']:.4g}{sd}, 95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] (n={d['n']})")
     lines += [f"  seed {s} left out: {why}" for s, why in summary["failed"].items()]
     return lines

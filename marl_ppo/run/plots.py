@@ -12,8 +12,9 @@
 
 Runs of one config that differ only in the seed (``train.seed``, ``train.seeds``, ``log.name``) are
 one **seed group**: one line, the mean over its seeds at the frames they all logged, in a band, the
-95 % bootstrap interval of that mean (:func:`marl_ppo.stats.bootstrap_interval`). ``separate=True``
-draws each run on its own.
+95 % bootstrap interval of that mean (:func:`marl_ppo.stats.bootstrap_interval`); a group of two seeds
+has no interval (a bootstrap of two values is their range): its band is the seeds' range, and the
+figure's title says so. ``separate=True`` draws each run on its own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from marl_ppo.run.logger import read_scalars  # noqa: E402
 from marl_ppo.stats import bootstrap_interval  # noqa: E402
 
-__all__ = ["plot_runs", "seed_groups", "DIAGNOSTICS"]
+__all__ = ["plot_runs", "seed_groups", "DIAGNOSTICS", "MIN_INTERVAL_SEEDS"]
+
+# below 3 seeds a band is the seeds' range, not an interval: group_result.MIN_INTERVAL_SEEDS, the record's rule (not
+# imported: group_result draws through this module; tests/run/test_many_seeds.py holds the two equal)
+MIN_INTERVAL_SEEDS, TOO_FEW = 3, "too few seeds for an interval"
 
 # (metric leaf, axis label) of the diagnostics figure; logged per group and, for composite actions, per head
 DIAGNOSTICS = (("entropy", "entropy"), ("kl_approx", "approximate KL"), ("clip_fraction", "clip fraction"))
@@ -91,14 +96,18 @@ def _short(label: str, strip: tuple[str, str]) -> str:
 
 
 def _draw(ax, label: str, seeds: list[list]) -> None:
-    """One run's line, or a seed group's mean at the frames every seed logged, in its 95 % bootstrap band."""
+    """One run's line, or a seed group's mean at the frames every seed logged, in its 95 % bootstrap band (below
+    :data:`~marl_ppo.run.group_result.MIN_INTERVAL_SEEDS` seeds: their range)."""
     if len(seeds) == 1:
         frames, values = zip(*seeds[0])
         ax.plot(frames, values, marker="." if len(frames) < 30 else None, label=label)
         return
     frames = sorted(set.intersection(*(set(dict(points)) for points in seeds)))
     values = np.array([[dict(points)[f] for points in seeds] for f in frames])  # [frames, seeds]
-    low, high = bootstrap_interval(values, resamples=2000)
+    if len(seeds) < MIN_INTERVAL_SEEDS:
+        low, high = values.min(axis=1), values.max(axis=1)
+    else:
+        low, high = bootstrap_interval(values, resamples=2000)
     (line,) = ax.plot(frames, values.mean(axis=1), marker="." if len(frames) < 30 else None, label=label)
     ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
 
@@ -127,6 +136,20 @@ def _save(fig, path: Path, note: str | None) -> Path:
     return path
 
 
+def _band_note(groups: list[tuple[str, int]]) -> str | None:
+    """The figures' title for seed groups (``(label, seeds)``): what their line and band are."""
+    bands = {
+        True: "mean over seeds, 95% bootstrap interval of the mean",
+        False: f"mean over seeds, band: the seeds' range ({TOO_FEW})",
+    }
+    parts = []
+    for enough, band in bands.items():
+        members = [f"{g} ({n} seeds)" for g, n in groups if (n >= MIN_INTERVAL_SEEDS) == enough]
+        if members:
+            parts.append(f"{', '.join(members)}: {band}")
+    return "; ".join(parts) or None
+
+
 def plot_runs(
     run_dirs: list[str | Path], out_dir: str | Path, metrics: list[str] | None = None, *, separate: bool = False
 ) -> list[Path]:
@@ -149,8 +172,7 @@ def plot_runs(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    grouped = [f"{label.rsplit(' (', 1)[0]} ({len(m)} seeds)" for label, m in runs.items() if len(m) > 1]
-    note = f"{', '.join(grouped)}: mean over seeds, 95% bootstrap interval of the mean" if grouped else None
+    note = _band_note([(label.rsplit(" (", 1)[0], len(m)) for label, m in runs.items() if len(m) > 1])
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _panel(

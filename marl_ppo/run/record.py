@@ -21,7 +21,7 @@ from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory
 from marl_ppo.run.build import Parts
 from marl_ppo.run.checkpoints import rng_state, write_checkpoint
-from marl_ppo.run.directory import note, write_summary
+from marl_ppo.run.directory import claim_run_directory, note, write_summary
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.matches import Matches
@@ -71,8 +71,11 @@ class SeedRecord:
         self.resume = resume_point(run_dir, cfg, state, at_most=resume_at) if resume else None
         if self.resume is not None and self.resume.rng is not None:
             self.saved_iteration = state.iteration
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if self.resume is None or not self.resume.finished:  # a finished run resumed keeps its record
+        if self.resume is None:  # a new run: claimed (another run started together takes the next name)
+            self.run_dir = run_dir = claim_run_directory(cfg, run_dir, self.config_yaml)
+            self.ckpt_dir = run_dir / "checkpoints"
+        elif not self.resume.finished:  # a finished run resumed keeps its record
+            run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(self.config_yaml)
         (run_dir / "reward_table.txt").write_text(str(parts.reward_table) + "\n")
         self.resume_notes = [] if not resume else write_resume_log(run_dir, self.resume.notes, state.iteration)

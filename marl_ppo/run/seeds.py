@@ -235,12 +235,16 @@ def group_run_dirs(run_dir: str | Path) -> list[Path]:
     return [Path(d) for d in group["run_dirs"]]
 
 
-def seed_group_dir(cfg: Config, run_dirs: Sequence[Path], resume: bool) -> Path:
-    """The directory of a ``train.seeds`` group's result (:mod:`~marl_ppo.run.group_result`): a resumed group's
-    own, else a new one beside the seeds' (``<log.name or task-algorithm>-seeds``)."""
+def seed_group_dir(cfg: Config, run_dirs: Sequence[Path], resume: bool) -> Path | None:
+    """The directory of a group's result (:mod:`~marl_ppo.run.group_result`): a resumed group's own, named in its
+    seeds' group file (``--resume`` gives the seeds' single-run configs, without ``train.seeds``), else a new one
+    claimed beside the seeds' (``<log.name or task-algorithm>-seeds``) for a ``train.seeds`` run; ``None`` for
+    seeds whose result their caller writes (a suite's group)."""
     group_file = Path(run_dirs[0]) / GROUP_FILE
     if resume and group_file.exists() and "group_dir" in (group := json.loads(group_file.read_text())):
         return Path(group["group_dir"])
+    if not cfg.train.seeds:
+        return None
     return group_directory(cfg.log.name or f"{cfg.env.task_name}-{cfg.loss.algorithm}", run_dirs)
 
 

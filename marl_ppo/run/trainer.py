@@ -126,7 +126,7 @@ class Trainer:
             self.env = make_env(self.cfg.env, seed=self.seeds[0], num_envs=len(configs) * self.cfg.env.num_envs)
             prime_env(self.env, state_spec(parts.router.policy))  # a recurrent model's stored states
             self.policy = seed_policy(self.state.stack)
-            self.group_dir = seed_group_dir(cfg, self.run_dirs, resume) if cfg.train.seeds else None
+            self.group_dir = seed_group_dir(cfg, self.run_dirs, resume)  # a resumed group's too
             write_group_file(self.run_dirs, self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._stop_requested = self._warned_unseeded = False

@@ -191,7 +191,9 @@ def test_plot_two_runs(trained_run, tmp_path, capsys):
     for path in printed:
         assert Path(path).is_file()
     # the two seeds of one config are one line, their mean in a band; --separate draws each; another config its own
-    assert _description(png).startswith("nav (2 seeds): mean over seeds, 95% bootstrap interval of the mean")
+    assert _description(png).startswith(
+        "nav (2 seeds): mean over seeds, band: the seeds' range (too few seeds for an interval)"
+    )
     other_lr = train(tmp_path, "nav-lr", "train.seed=1", "train.lr=0.001")
     assert main(["plot", str(trained_run), str(other), str(other_lr), "--out", str(out_dir)]) == 0
     assert "nav (2 seeds): agents" in _description(png) and "nav-lr: agents" in _description(png)

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,7 +46,7 @@ def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys)
     first, second = (load_checkpoint(tmp_path / f"group-seed{s}" / "checkpoints" / "last.pt") for s in (0, 1))
     assert any(not torch.equal(first["router"][k], second["router"][k]) for k in first["router"])
 
-    # the group's result: each seed's final returns, their mean, sd and 95% interval, and the band figures
+    # the group's result: each seed's final returns, their mean and sd, and the band figures
     group_dir = tmp_path / "group-seeds"
     assert f"seed group [0, 1]: {group_dir / 'group_summary.json'}" in out
     result = json.loads((group_dir / "group_summary.json").read_text())
@@ -54,7 +55,10 @@ def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys)
     final = result["final"]["eval/agents/episode_reward"]
     assert final["values"] == pytest.approx(evals) and final["mean"] == pytest.approx(sum(evals) / 2)
     assert final["sd"] == pytest.approx(abs(evals[0] - evals[1]) / 2**0.5)
-    assert min(evals) <= final["ci95"][0] <= final["mean"] <= final["ci95"][1] <= max(evals)
+    # two seeds give no interval (a bootstrap of two values is their range): the record and the line say so
+    assert final["ci95"] is None and final["no_interval"] == "too few seeds for an interval (2 < 3)"
+    line = next(line for line in out.splitlines() if line.startswith("  eval/agents/episode_reward: "))
+    assert "(n=2: too few seeds for an interval)" in line and "CI" not in line, line
     last_train = [
         float(
             (tmp_path / f"group-seed{s}/logs/scalars/collect/agents/episode_reward.csv")
@@ -66,8 +70,59 @@ def test_each_seed_writes_a_single_runs_directory(tiny_config, tmp_path, capsys)
     ]
     assert result["final"]["collect/agents/episode_reward"]["values"] == pytest.approx(last_train)
     assert (group_dir / "returns.png").exists() and (group_dir / "diagnostics.png").exists()
+    assert _description(group_dir / "returns.png").startswith(
+        "group (2 seeds): mean over seeds, band: the seeds' range (too few seeds for an interval)"
+    )
     for s in (0, 1):
         assert json.loads((tmp_path / f"group-seed{s}" / "seeds_group.json").read_text())["group_dir"] == str(group_dir)
+
+
+def assert_same_group_result(straight: Path, resumed: Path, out: str, straight_out: str | None = None) -> None:
+    """The resumed group's ``g-seeds`` result (``out``: what its ``--resume`` printed) is the uninterrupted group's:
+    the same seeds, frames and final figures, in its own directory named by its seeds' group files, with its
+    figures where the runs drew them, and the same lines printed."""
+    group, want = resumed / "g-seeds", straight / "g-seeds"
+    assert (group / "group_summary.json").exists(), f"the resumed group wrote no result: {sorted(resumed.iterdir())}"
+    got, expected = (json.loads((d / "group_summary.json").read_text()) for d in (group, want))
+    assert got["run_dirs"] == [str(resumed / f"g-seed{s}") for s in (0, 1)]
+    assert {k: v for k, v in got.items() if k != "run_dirs"} == {k: v for k, v in expected.items() if k != "run_dirs"}
+    assert got["final"] and got["failed"] == {}
+    assert (group / "returns.png").exists() == (want / "returns.png").exists()
+    lines = _group_lines(out, len(got["final"]))
+    assert lines[0] == f"seed group [0, 1]: {group / 'group_summary.json'}", out
+    if straight_out is not None:  # the same figures printed
+        assert lines[1:] == _group_lines(straight_out, len(got["final"]))[1:]
+
+
+def _group_lines(out: str, keys: int) -> list[str]:
+    """The group's lines that ``marl-ppo train`` printed: its file, then one line per final return."""
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("seed group"))
+    return lines[first : first + 1 + keys]
+
+
+def _description(png: Path) -> str:
+    from PIL import Image
+
+    with Image.open(png) as image:
+        return image.text["Description"]
+
+
+def test_three_seeds_give_an_interval_and_say_how_many(tiny_config, tmp_path, capsys):
+    from marl_ppo.run import group_result, plots
+
+    assert (plots.MIN_INTERVAL_SEEDS, plots.TOO_FEW) == (group_result.MIN_INTERVAL_SEEDS, group_result.TOO_FEW)
+    assert main(["train", *_group(tiny_config, tmp_path, seeds="[0,1,2]"), "log.plot=true"]) == 0
+    out = capsys.readouterr().out
+    final = json.loads((tmp_path / "group-seeds" / "group_summary.json").read_text())["final"]
+    d = final["eval/agents/episode_reward"]
+    assert d["n"] == 3 and "no_interval" not in d
+    assert min(d["values"]) <= d["ci95"][0] <= d["mean"] <= d["ci95"][1] <= max(d["values"])
+    line = next(line for line in out.splitlines() if line.startswith("  eval/agents/episode_reward: "))
+    assert line.endswith(f"95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] (n=3)"), line
+    assert _description(tmp_path / "group-seeds" / "returns.png").startswith(
+        "group (3 seeds): mean over seeds, 95% bootstrap interval of the mean"
+    )
 
 
 def test_each_seed_starts_from_its_single_runs_networks(tiny_config, tmp_path):
@@ -183,7 +238,7 @@ def test_pettingzoo_seeds_share_one_batch_of_env_copies(tmp_path, capsys, config
     ],
     ids=["shared", "unshared", "gru", "composite", "happo"],
 )
-def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, extra):
+def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, monkeypatch, capsys, extra):
     """6 iterations, checkpoints every 3, a crash after iteration 4; `--resume` of seed 1's directory resumes
     both seeds from their checkpoints and ends where the uninterrupted group ends, bit for bit (with one
     network for all agents, each agent its own, a GRU and a composite action, whose losses run seed by seed,
@@ -201,7 +256,9 @@ def test_a_group_crash_then_resume_reproduces_the_uninterrupted_group(tmp_path, 
     with pytest.raises(RuntimeError, match="simulated crash"):
         Trainer(config(tmp_path / "crashed")).fit()
     monkeypatch.undo()
+    capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "crashed" / "g-seed1")]) == 0
+    assert_same_group_result(tmp_path / "straight", tmp_path / "crashed", capsys.readouterr().out)
     for s in (0, 1):
         straight, resumed = tmp_path / "straight" / f"g-seed{s}", tmp_path / "crashed" / f"g-seed{s}"
         assert_same_state(straight, resumed)
@@ -329,11 +386,14 @@ def test_every_generator_draws_on_its_own_device_and_the_order_follows_the_batch
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_uninterrupted_group(tmp_path, sig, code):
+def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_uninterrupted_group(
+    tmp_path, capsys, sig, code
+):
     """SIGINT/SIGTERM to a ``train.seeds`` run (a subprocess, a real signal): every seed keeps its last completed
     iteration and its ``error.txt``, the exit code is a single run's; ``--resume`` of a seed's directory then
     ends where the uninterrupted group ends, bit for bit (a checkpoint every iteration: every one is an
-    episode boundary the uninterrupted group also restarts at)."""
+    episode boundary the uninterrupted group also restarts at), and writes the group's result, its figures and
+    its line, as the uninterrupted group does (a SLURM preemption loses nothing)."""
     from marl_ppo.config import load_config
     from tests.run.test_recovery import FPB, ROOT, TINY, assert_same_state, comparable, wait_for_iterations
 
@@ -373,8 +433,10 @@ def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_unint
         reached.append(state["iteration"])
     assert reached[0] == reached[1]
     total = f"train.total_frames={(reached[0] + 2) * FPB}"
-    assert main(["train", "--resume", str(tmp_path / "cut" / "g-seed1"), total]) == 0
-    assert main(["train", *base, total, f"log.root={tmp_path / 'straight'}"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "cut" / "g-seed1"), total, "log.plot=true"]) == 0
+    resumed_out = capsys.readouterr().out
+    assert main(["train", *base, total, f"log.root={tmp_path / 'straight'}", "log.plot=true"]) == 0
+    assert_same_group_result(tmp_path / "straight", tmp_path / "cut", resumed_out, capsys.readouterr().out)
     for s in (0, 1):
         straight, resumed = tmp_path / "straight" / f"g-seed{s}", tmp_path / "cut" / f"g-seed{s}"
         assert load_checkpoint(resumed / "checkpoints" / "last.pt")["iteration"] == reached[0] + 2
