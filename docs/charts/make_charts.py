@@ -116,6 +116,21 @@ def tictactoe() -> plt.Figure:
     return fig
 
 
+def pistonball() -> plt.Figure:
+    rows = read("pistonball.csv")
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for seed, color in zip(sorted({r["seed"] for r in rows}), [BLUE, ORANGE, GREEN, GREY]):
+        own = [r for r in rows if r["seed"] == seed]
+        ax.plot([int(r["frames"]) / 1000 for r in own], [float(r["train_return"]) for r in own], color=color,
+                label=f"seed {seed}")  # fmt: skip
+    ax.axhline(100, color=GREY, linestyle=":", linewidth=1)
+    ax.annotate("100: the ball carried to the left wall", (0, 100), va="bottom", fontsize=7, color=GREY)
+    ax.set(xlabel="frames (thousands)", ylabel="training return (mean over a batch)")
+    ax.set_title("Pistonball, 5 pistons, IPPO: the pistons see their frames")
+    ax.legend(frameon=False, fontsize=8)
+    return fig
+
+
 def iteration_floor() -> plt.Figure:
     rows = read("iteration_floor.csv")
     cases = list(dict.fromkeys((r["config"], r["mode"]) for r in rows))
@@ -207,6 +222,7 @@ CHARTS: dict[str, tuple[str | None, Callable[[], plt.Figure]]] = {
     "tuned": ("tuned.csv", tuned),
     "happo_halfcheetah": ("happo_halfcheetah.csv", happo_halfcheetah),
     "tictactoe": ("tictactoe.csv", tictactoe),
+    "pistonball": ("pistonball.csv", pistonball),
     "iteration_floor": ("iteration_floor.csv", iteration_floor),
     "collection": ("collection.csv", collection),
     "data_flow": (None, data_flow),
