@@ -14,8 +14,16 @@ It prints, per group, the onnxruntime return beside ``marl-ppo eval``'s for the 
 
     agents: onnxruntime return 2.722494, marl-ppo eval return 2.722494
 
+A run with opponents (``opponents.<group>``) is refused: marl_ppo's own player draws the opponent
+seat's actions (torch's random stream, a snapshot), which this script does not run.
+MaMuJoCo's physics is chaotic: onnxruntime's float32 arithmetic differs from torch's by about 1e-7
+(``policy.json``'s ``max_abs_diff``), and over a few hundred steps that grows into another gait, so
+1 000-step returns differ while the env, seeds, observations and actions are the same (fed torch's
+actions, this script's game returns marl-ppo eval's figure); ``--max-steps 50`` plays episodes short
+enough to stay together, in both (``marl-ppo eval --max-steps``).
+
 ``--tiny --out DIR``: trains a two-iteration run into DIR first (the examples' test; ``--scenario`` a
-PettingZoo MPE task instead of VMAS navigation).
+PettingZoo MPE task instead of VMAS navigation, ``--config`` a shipped config, e.g. halfcheetah_2x3_mappo).
 """
 
 from __future__ import annotations
@@ -190,6 +198,28 @@ def play_episode(game, policies: dict[str, Policy], copy: int) -> dict[str, floa
     return {g: float(t.mean()) for g, t in totals.items()}
 
 
+def refuse_opponents(config: dict) -> None:
+    """Exits, in one line, on a run whose ``opponents`` play a seat: their actions are not the export's."""
+    opponents = config.get("opponents") or {}
+    if opponents:
+        seats = ", ".join(f"opponents.{g}: {source}" for g, source in opponents.items())
+        sys.exit(
+            f"this run has opponents ({seats}): the opponent seat's actions are drawn by marl_ppo's own player, "
+            "which this script does not run, so its episodes could not be marl-ppo eval's; deploy a run without"
+        )
+
+
+def train_tiny(args: argparse.Namespace) -> str:
+    """``--tiny``: a two-iteration run of navigation, an MPE task (``--scenario``) or a shipped config, its folder."""
+    tiny = ["train.total_frames=1200", "train.frames_per_batch=600", "env.num_envs=6", "env.max_steps=50",
+            "model.hidden=[32]", "train.minibatch_size=300", "log.progress=false", "log.plot=false",
+            "log.eval_every=0", "train.num_threads=1", f"log.root={args.out}"]  # fmt: skip
+    if args.scenario:
+        tiny += ["env.kind=pettingzoo", f"env.scenario={args.scenario}", "train.frames_per_batch=300"]
+    marl_ppo("train", *([args.config] if args.config else []), *tiny)
+    return str(next(Path(args.out).glob("*/config.yaml")).parent)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="?", help="a run directory (marl-ppo train)")
@@ -197,26 +227,30 @@ def main() -> None:
     parser.add_argument("--checkpoint", default="last.pt")
     parser.add_argument("--tiny", action="store_true", help="train a two-iteration run into --out first")
     parser.add_argument("--scenario", help="--tiny: a PettingZoo MPE task (e.g. simple_spread_v3) instead of VMAS")
+    parser.add_argument("--config", help="--tiny: a shipped config (e.g. halfcheetah_2x3_mappo) at tiny sizes")
+    parser.add_argument("--max-steps", type=int, help="episodes of at most N steps, here and in marl-ppo eval")
     parser.add_argument("--out", help="--tiny: where the run goes")
     parser.add_argument("--threads", type=int, default=None, help="(the examples' test passes it; unused)")
     args = parser.parse_args()
     if args.tiny:
-        tiny = ["train.total_frames=1200", "train.frames_per_batch=600", "env.num_envs=6", "env.max_steps=50",
-                "model.hidden=[32]", "train.minibatch_size=300", "log.progress=false", "log.plot=false",
-                "log.eval_every=0", "train.num_threads=1", f"log.root={args.out}"]  # fmt: skip
-        if args.scenario:
-            tiny += ["env.kind=pettingzoo", f"env.scenario={args.scenario}", "train.frames_per_batch=300"]
-        marl_ppo("train", *tiny)
-        args.run_dir = str(next(Path(args.out).glob("*/config.yaml")).parent)
+        args.run_dir = train_tiny(args)
     run_dir = Path(args.run_dir)
-    marl_ppo("export", str(run_dir), "--format", "onnx", "--checkpoint", args.checkpoint)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    refuse_opponents(config)
+    marl_ppo("export", str(run_dir), "--format", "onnx", "--checkpoint", args.checkpoint)
     policies = {p.parent.name: Policy(p.parent) for p in (run_dir / "export").glob("*/policy.json")}
+    cap = [] if args.max_steps is None else ["--max-steps", str(args.max_steps)]
+    if args.max_steps is not None:  # as marl-ppo eval --max-steps: the episodes' cap
+        config["env"]["max_steps"] = args.max_steps
     play = vmas_returns if config["env"]["kind"] == "vmas" else game_returns
     deployed = play(config, policies, args.episodes)
     evaluated = json.loads(
-        marl_ppo("eval", str(run_dir), "--episodes", str(args.episodes), "--checkpoint", args.checkpoint)
+        marl_ppo("eval", str(run_dir), "--episodes", str(args.episodes), "--checkpoint", args.checkpoint, *cap)
     )["episode_reward"]
+    if config["env"]["kind"] == "mamujoco" and args.max_steps is None:
+        gap = max(p.record["files"]["onnx"].get("max_abs_diff", 1e-7) for p in policies.values())
+        print(f"note: MaMuJoCo is chaotic; onnxruntime's actions differ from torch's by up to {gap:.1e}, which "
+              "a long episode grows into another trajectory: --max-steps 50 compares short ones")  # fmt: skip
     for g, value in deployed.items():
         print(f"{g}: onnxruntime return {value:.6f}, marl-ppo eval return {evaluated[g]:.6f}")
 

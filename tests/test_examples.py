@@ -1,7 +1,8 @@
 """The examples run as written, at tiny sizes, and show what they claim.
 
 * ``deploy_onnx.py``: the ONNX export's return in VMAS and in a PettingZoo MPE game (onnxruntime and
-  numpy in the policy's path) equals ``marl-ppo eval``'s, on the text line docs/deploy.md shows;
+  numpy in the policy's path) equals ``marl-ppo eval``'s, on the text line docs/deploy.md shows (MaMuJoCo:
+  on 50-step episodes, its physics being chaotic); a run with opponents is refused in one line;
 * each script in ``examples/`` runs as a subprocess with ``--tiny --out TMP --threads 1`` and
   exits 0; its output and run directory hold the thing it demonstrates (the team term of the
   reward table, per-head entropy keys, the PettingZoo group's own done, the custom env's routed
@@ -79,6 +80,28 @@ def test_deploy_onnx_returns_what_marl_ppo_eval_returns(tmp_path, scenario, grou
     # the same episodes played by onnxruntime (no torch in the policy's path) and by marl-ppo eval
     assert name == group and deployed == pytest.approx(evaluated, abs=1e-4)
     assert (only_run_dir(tmp_path) / "export" / group / "policy.onnx").is_file()
+
+
+def test_deploy_onnx_matches_marl_ppo_eval_in_mamujoco_on_short_episodes(tmp_path):
+    pytest.importorskip("gymnasium_robotics")
+    # MaMuJoCo is chaotic: onnxruntime's ~1e-7 float differences from torch grow over hundreds of steps, so the
+    # example compares 50-step episodes, which stay together (a 1 000-step trained one differed by 400)
+    args = ("--config", "halfcheetah_2x3_mappo", "--max-steps", "50", "--episodes", "2")
+    line = run_example("deploy_onnx.py", tmp_path, *args).strip().splitlines()[-1]
+    name, rest = line.split(": onnxruntime return ")
+    deployed, evaluated = (float(v) for v in rest.split(", marl-ppo eval return "))
+    assert name == "agent" and deployed == pytest.approx(evaluated, rel=1e-4, abs=1e-3)
+
+
+def test_deploy_onnx_refuses_a_run_with_opponents(tmp_path):
+    # a seat played by marl_ppo's random player: its draws are torch's, which the example does not replay
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("env: {kind: pettingzoo}\nopponents: {blue: random}\n")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "deploy_onnx.py"), str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "opponents.blue: random" in proc.stderr, proc.stderr
+    assert "marl_ppo's own player" in proc.stderr and not (tmp_path / "run" / "export").exists()
 
 
 def test_hybrid_comm_prints_per_head_entropies(tmp_path):
