@@ -107,13 +107,21 @@ class SnapshotNet(nn.Module):
         """``net`` with each snapshot's ``params`` on ``inputs`` (env copies first), snapshot ``choice[e]``'s
         output for env copy ``e``."""
 
+        per_agent = _holds_tensordict_params(net)
+
         def call(p: dict[str, torch.Tensor]) -> torch.Tensor:
-            # tensordict's to_module, not torch.func.functional_call: torchrl's per-agent networks keep their
-            # weights in a TensorDictParams, into which functional_call swaps nothing (the live weights play)
+            if not per_agent:
+                return torch.func.functional_call(net, p, inputs)
+            # torchrl's per-agent networks keep their weights in a TensorDictParams, into which functional_call
+            # swaps nothing (the live weights would play): tensordict's to_module swaps them. Not under vmap:
+            # leaving the context there puts new Parameter objects in the live network, which the optimizer
+            # then no longer updates
             with TensorDict(dict(p)).unflatten_keys(".").to_module(net):
                 return net(*inputs)
 
-        if isinstance(net, nn.RNNBase):  # torch has no vmap rule for aten::gru/lstm: one call per snapshot in play
+        # torch has no vmap rule for aten::gru/lstm, and per-agent weights are swapped outside vmap: one call per
+        # snapshot in play
+        if isinstance(net, nn.RNNBase) or per_agent:
             used = self.choice.unique()
             calls = [call({k: v[i] for k, v in params.items()}) for i in used.tolist()]
             out = _stacked(calls)  # [used, ...]
@@ -349,3 +357,10 @@ class PoolPlayer(TensorDictModuleBase):
         td.set((g, TRAIN_MASK), env_mask & latest)
         td.set((g, OPPONENT), assignment.reshape(*td.batch_size, 1).expand(per_agent).clone())
         return td
+
+
+def _holds_tensordict_params(net: nn.Module) -> bool:
+    """Whether ``net`` keeps weights in a ``TensorDictParams`` (torchrl's per-agent networks)."""
+    from tensordict.nn import TensorDictParams
+
+    return any(isinstance(m, TensorDictParams) for m in net.modules())

@@ -56,6 +56,7 @@ def test_each_env_copy_plays_its_own_snapshot_of_the_policy(kind):
         pool.snapshots.add({k: torch.randn_like(v) for k, v in live.named_parameters()}, size=5)
     frozen = snapshot_policy(live, pool.snapshots)
     assert not list(frozen.parameters())  # it runs the snapshots' tensors only
+    trained = list(live.parameters())  # what the optimizer holds: a pool's call must leave these very objects
     td = parts.env.reset()
     pool.snapshots.choice = torch.tensor([2, 0, 1])
     carried = _carried(live)
@@ -76,6 +77,9 @@ def test_each_env_copy_plays_its_own_snapshot_of_the_policy(kind):
             td = _next_step(together, carried)
         outputs = [snapshot_actor(spec, pool, k)(td.clone())[seat, entry] for k in range(3)]
     assert not torch.allclose(outputs[0], outputs[1])  # the snapshots differ: the known answer could fail
+    # the live network keeps its own Parameter objects (swapping a snapshot in under vmap once left new ones there,
+    # so the optimizer trained tensors the policy no longer used)
+    assert all(a is b for a, b in zip(trained, live.parameters(), strict=True))
     parts.env.close()
 
 
