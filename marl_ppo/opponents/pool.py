@@ -40,11 +40,12 @@ True
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictParams
 from torch import nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 
@@ -359,8 +360,12 @@ class PoolPlayer(TensorDictModuleBase):
         return td
 
 
-def _holds_tensordict_params(net: nn.Module) -> bool:
-    """Whether ``net`` keeps weights in a ``TensorDictParams`` (torchrl's per-agent networks)."""
-    from tensordict.nn import TensorDictParams
+_PER_AGENT: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
 
-    return any(isinstance(m, TensorDictParams) for m in net.modules())
+
+def _holds_tensordict_params(net: nn.Module) -> bool:
+    """Whether ``net`` keeps weights in a ``TensorDictParams`` (torchrl's per-agent networks); read once per network,
+    not at every step a pool seat plays."""
+    if net not in _PER_AGENT:
+        _PER_AGENT[net] = any(isinstance(m, TensorDictParams) for m in net.modules())
+    return _PER_AGENT[net]
