@@ -19,20 +19,22 @@ PACKAGE = Path(__file__).resolve().parents[1] / "marl_ppo"
 
 # layer -> the layers it may import (besides itself); the package's __init__ names modules as strings only
 ALLOWED = {
+    "table": set(),
     "upstream": set(),
     "stats": set(),
     "lazy": set(),
-    "algorithms": set(),
+    "algorithms": {"table"},
     "options": set(),
     "config_files": {"options"},
-    "log_options": {"options"},
+    "log_options": {"table", "options"},
     "groups": {"options", "upstream", "lazy"},
-    "models": {"groups", "options", "upstream", "lazy"},
-    "envs": {"groups", "options", "upstream", "lazy"},
+    "models": {"table", "groups", "options", "upstream", "lazy"},
+    "envs": {"table", "groups", "options", "upstream", "lazy"},
     "collect": {"groups", "options", "upstream", "lazy"},
-    "core": {"algorithms", "models", "groups", "options", "upstream", "lazy"},
-    "opponents": {"groups", "options", "upstream", "lazy"},
+    "core": {"table", "algorithms", "models", "groups", "options", "upstream", "lazy"},
+    "opponents": {"table", "groups", "options", "upstream", "lazy"},
     "config": {
+        "table",
         "algorithms",
         "config_files",
         "log_options",
@@ -46,6 +48,7 @@ ALLOWED = {
         "lazy",
     },
     "run": {
+        "table",
         "algorithms",
         "config",
         "log_options",
@@ -62,6 +65,7 @@ ALLOWED = {
         "stats",
     },
     "suite": {
+        "table",
         "algorithms",
         "opponents",
         "log_options",
@@ -78,8 +82,9 @@ ALLOWED = {
         "lazy",
         "stats",
     },
-    "export": {"run", "models", "groups", "options", "upstream", "lazy"},
+    "export": {"table", "run", "models", "groups", "options", "upstream", "lazy"},
     "cli": {
+        "table",
         "export",
         "algorithms",
         "opponents",
