@@ -22,7 +22,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from marl_ppo.algorithms import ALGORITHMS, algorithm
+from marl_ppo.algorithms import ALGORITHMS, HappoOptions, algorithm
 from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.config_files import config_path, read_config_file
 from marl_ppo.envs.kinds import video_refusal
@@ -37,7 +37,6 @@ __all__ = [
     "EnvConfig",
     "ModelConfig",
     "LossConfig",
-    "HappoConfig",
     "CollectorConfig",
     "TrainConfig",
     "WandbConfig",
@@ -47,25 +46,6 @@ __all__ = [
     "Config",
     "load_config",
 ]
-
-
-@dataclass
-class HappoConfig:
-    """HAPPO's sequential update (``loss.algorithm=happo``, ``docs/algorithms.md``).
-
-    Attributes:
-        order: ``random`` (a new order of the groups each iteration, drawn from the update's generator)
-            or ``fixed`` (the env's order of the groups; what ``train.seeds`` needs: one order for all seeds).
-        critic: ``after`` (every critic trained once, after all the policies: HARL's way) or
-            ``with_actor`` (each group's critic stepped with its policy).
-    """
-
-    order: str = "random"
-    critic: str = "after"
-
-    def __post_init__(self) -> None:
-        choice("loss.happo.order", self.order, ("random", "fixed"))
-        choice("loss.happo.critic", self.critic, ("after", "with_actor"))
 
 
 @dataclass
@@ -96,7 +76,7 @@ class LossConfig:
             ``1 - popart_beta`` per batch) and rescales the critic's output layer so that its
             values are preserved when the statistics move. Statistics update once per batch.
         popart_beta: the moving average's decay per collected batch (``popart`` only).
-        happo: HAPPO's update options (:class:`HappoConfig`; read with ``algorithm=happo`` only).
+        happo: HAPPO's update options (:class:`~marl_ppo.algorithms.HappoOptions`; read with ``algorithm=happo`` only).
     """
 
     algorithm: str = "mappo"
@@ -114,10 +94,10 @@ class LossConfig:
     bundle_groups: bool = True
     value_norm: str = "none"
     popart_beta: float = 0.95
-    happo: HappoConfig = field(default_factory=HappoConfig)
+    happo: HappoOptions = field(default_factory=HappoOptions)
 
     def __post_init__(self) -> None:
-        choice("loss.algorithm", self.algorithm, tuple(ALGORITHMS))
+        choice("loss.algorithm", self.algorithm, tuple(ALGORITHMS.names()))
         choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
         if not 0.0 < self.popart_beta < 1.0:
             raise ConfigError(f"loss.popart_beta must be in (0, 1), got {self.popart_beta!r}")
@@ -299,7 +279,7 @@ class Config:
     def _check_model(self) -> None:
         model, train = self.model, self.train
         if model.critic == "global" and not algorithm(self.loss.algorithm).centralised:
-            centralised = [a.name for a in ALGORITHMS.values() if a.centralised]
+            centralised = [a.name for a in ALGORITHMS if a.centralised]
             raise ConfigError(
                 f"model.critic=global is a centralised critic (MAPPO's); loss.algorithm={self.loss.algorithm!r} "
                 f"has a decentralised one (use loss.algorithm in {centralised} or model.critic=group)"
@@ -340,8 +320,8 @@ class Config:
         """Raises :class:`ConfigError` if a device is not on this machine or a package it asks for is missing."""
         device_option("train.device", self.train.device)
         device_option("env.device", self.env.device)
-        asked = [f"log.loggers: {lg}" for lg in self.log.loggers]
-        check_installed([*asked, f"train.collector.backend: {self.train.collector.backend}"])
+        self.log.check_installed()
+        check_installed([f"train.collector.backend: {self.train.collector.backend}"])
 
     def run_name(self) -> str:
         return self.log.name or f"{self.env.task_name}-{self.loss.algorithm}-seed{self.train.seed}"

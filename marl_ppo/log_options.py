@@ -3,18 +3,29 @@
 Read by :mod:`marl_ppo.config` (a :class:`~marl_ppo.config.Config` holds one :class:`LogConfig`);
 no torch here.
 
+The logger kinds ``log.loggers`` names are rows of one :class:`~marl_ppo.table.Table`,
+:data:`LOGGER_KINDS`: each row names torchrl's logger class (``"module:Class"``, imported when a run
+opens it), the package it needs beyond torchrl and the extra of marl-ppo that installs it, and its
+options (``log.wandb``: the :class:`LogConfig` field of the kind's name). How a run opens and closes
+each kind's logger is its row of :data:`~marl_ppo.run.logger.BACKENDS`.
+
 >>> LogConfig(loggers=["csv", "tensorboard"]).loggers
 ['csv', 'tensorboard']
+>>> LOGGER_KINDS.lookup("wandb").logger, LOGGER_KINDS.lookup("wandb").extra
+('torchrl.record.loggers.wandb:WandbLogger', 'loggers')
+>>> LogConfig().options_of("mlflow").experiment, LogConfig().options_of("csv")
+('marl_ppo', None)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from marl_ppo.options import at_least, choice
+from marl_ppo.options import ConfigError, at_least, choice, installed
+from marl_ppo.table import Table
 
-__all__ = ["LogConfig", "WandbConfig", "MlflowConfig"]
+__all__ = ["LogConfig", "WandbConfig", "MlflowConfig", "LoggerKind", "LOGGER_KINDS"]
 
 
 @dataclass
@@ -52,6 +63,30 @@ class MlflowConfig:
 
     tracking_uri: Optional[str] = None
     experiment: str = "marl_ppo"
+
+
+@dataclass(frozen=True)
+class LoggerKind:
+    """One logger kind (a name of ``log.loggers``): ``logger`` is torchrl's class (``"module:Class"``),
+    ``package`` what it imports beyond torchrl (``None``: nothing) and ``extra`` the extra of marl-ppo that
+    installs it, ``options`` its options dataclass (the :class:`LogConfig` field of the kind's name)."""
+
+    name: str
+    logger: str
+    package: Optional[str] = None
+    extra: Optional[str] = None
+    options: Optional[type] = None
+
+
+LOGGER_KINDS: Table[LoggerKind] = Table(
+    "logger kind",
+    [
+        LoggerKind("csv", "torchrl.record.loggers.csv:CSVLogger"),
+        LoggerKind("tensorboard", "torchrl.record.loggers.tensorboard:TensorboardLogger", "tensorboard", "loggers"),
+        LoggerKind("wandb", "torchrl.record.loggers.wandb:WandbLogger", "wandb", "loggers", WandbConfig),
+        LoggerKind("mlflow", "torchrl.record.loggers.mlflow:MLFlowLogger", "mlflow", "loggers", MlflowConfig),
+    ],
+)
 
 
 @dataclass
@@ -94,7 +129,27 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         for lg in self.loggers:
-            choice("log.loggers[]", lg, ("csv", "tensorboard", "wandb", "mlflow"))
+            choice("log.loggers[]", lg, tuple(LOGGER_KINDS.names()))
         at_least("log.eval_every", self.eval_every, 0, " (0: only at the end)")
         at_least("log.checkpoint_every", self.checkpoint_every, 0, " (0: only at the end)")
         at_least("log.eval_episodes", self.eval_episodes, 1)
+
+    def options_of(self, name: str) -> Any:
+        """The options of logger kind ``name``: this section's field of its name (``log.wandb``), the defaults
+        of its options type for a kind registered without one, ``None`` for a kind that takes none."""
+        kind = LOGGER_KINDS.lookup(name)
+        if kind.options is None:
+            return None
+        options = getattr(self, name, None)
+        return options if isinstance(options, kind.options) else kind.options()
+
+    def check_installed(self) -> None:
+        """Raises :class:`~marl_ppo.options.ConfigError` for the first logger whose package is missing here,
+        naming the extra that installs it."""
+        for name in self.loggers:
+            kind = LOGGER_KINDS.lookup(name)
+            if kind.package is not None and not installed(kind.package):
+                raise ConfigError(
+                    f"log.loggers: {name} needs the {kind.package!r} package, which is not installed here: "
+                    f"pip install 'marl-ppo[{kind.extra}]'"
+                )

@@ -63,7 +63,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         )
         for o in _PPO
     ),
-    PrivateName("torchrl.objectives.ClipPPOLoss", "_clip_bounds", "read", "core/bundles.py, core/router.py"),
+    PrivateName("torchrl.objectives.ClipPPOLoss", "_clip_bounds", "read", "core/bundles.py, core/group_loss.py"),
     PrivateName("torchrl.objectives.common.LossModule", "_apply", "call", "core/router.py", ("fn",)),
     PrivateName("torch.nn.Module", "_apply", "override", "core/router.py", ("fn", "recurse")),
     # tensordict's module output path (models/modules.py: plain tensors written straight in)

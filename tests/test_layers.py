@@ -23,7 +23,7 @@ ALLOWED = {
     "upstream": set(),
     "stats": set(),
     "lazy": set(),
-    "algorithms": {"table"},
+    "algorithms": {"table", "options"},
     "options": set(),
     "config_files": {"options"},
     "log_options": {"table", "options"},
@@ -105,7 +105,7 @@ ALLOWED = {
     },
 }
 CONFIG_READERS = {"run", "suite", "cli"}
-MAX_FLOORS, MAX_LINES, MAX_TRAINER_LINES = 7, 450, 280
+MAX_FLOORS, MAX_LINES, MAX_TRAINER_LINES = 7, 450, 240
 
 
 def _module(path: Path) -> str:

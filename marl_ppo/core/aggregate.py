@@ -83,17 +83,20 @@ def clip_per_seed(params: Sequence[torch.Tensor], max_norm: float | None, seeds:
 
 
 class AggregatedStep:
-    """One backward over the aggregated loss, one gradient clip, one optimizer step: for 1..S seeds.
+    """One backward over the aggregated loss, one gradient clip, one optimizer step: for S seeds, S = 1 included.
 
-    With ``seeds=1`` the parameters are the router's own: one loss, torch's global-norm clip, one
-    step. With ``seeds=S > 1`` they are a :class:`~marl_ppo.core.seeds.SeedStack`'s stacked leaves
-    ``[S, ...]`` and the losses come ``[S]``: one backward of their sum (the seeds' parameters are
-    disjoint, so each seed's gradient is its own), each seed's gradient clipped by its own norm
-    (:func:`clip_per_seed`), one optimizer step for all (Adam is elementwise: its moments are per
-    seed). There a seed whose loss is not finite stops: ``alive[s]`` turns false, ``failures[s]``
-    says why, and its parameters and Adam moments stay as they were before that step while the
-    other seeds go on. (With one seed a non-finite loss ends the update:
-    :func:`~marl_ppo.core.update.ppo_update` raises.)
+    The losses come ``[S]`` (a scalar is one seed's); :meth:`__call__` returns ``loss`` and ``grad_norm``,
+    ``[S]`` each. One backward of their sum (the seeds' parameters are disjoint, so each seed's gradient
+    is its own), each seed's gradient clipped by its own norm, one optimizer step for all (Adam is
+    elementwise: its moments are per seed). A seed whose loss is not finite stops: ``alive[s]`` turns
+    false (on the parameters' device: no host read), its gradients and first moments are zeroed, so
+    its parameters stay as they were before that step while the other seeds go on;
+    :meth:`failures` says why. :func:`~marl_ppo.core.update.ppo_update` fails the run when no seed is
+    alive (with one seed: at its first non-finite loss, as it always did).
+
+    Where the parameters are stored is the stack's business (:class:`~marl_ppo.core.seeds.SeedStack`):
+    ``stacked=False`` (one seed's own tensors, no seed dim) clips with torch's global-norm clip,
+    ``stacked=True`` (leaves ``[S, ...]``) with :func:`clip_per_seed`, the same formula per seed.
 
     Args:
         modules: the modules to train (typically the :class:`~marl_ppo.core.router.GroupRouter`),
@@ -102,17 +105,18 @@ class AggregatedStep:
         lr: Adam's learning rate (ignored when ``optimizer`` is given).
         max_grad_norm: gradient-norm clip (per seed); ``None`` disables it.
         weights: optional per-group loss weights.
-        optimizer: an optimizer over :attr:`params`, to replace the default Adam (with ``seeds > 1``
+        optimizer: an optimizer over :attr:`params`, to replace the default Adam (with stacked seeds
             it must be elementwise, as Adam and SGD are, for the seeds to stay independent).
-        seeds: S, the leading dim of every parameter when S > 1.
+        seeds: S.
+        stacked: the parameters carry the leading seed dim (default: ``seeds > 1``, a stack's storage).
 
     >>> import torch
     >>> from tensordict import TensorDict
     >>> w = torch.nn.Linear(1, 1)
     >>> step = AggregatedStep(w, lr=0.1)
     >>> out = step(TensorDict({"g": {"loss_x": w(torch.ones(1)).pow(2).sum()}}))
-    >>> sorted(out)
-    ['grad_norm', 'loss']
+    >>> sorted(out), out["loss"].shape
+    (['grad_norm', 'loss'], torch.Size([1]))
     """
 
     def __init__(
@@ -124,60 +128,55 @@ class AggregatedStep:
         weights: Mapping[str, float] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         seeds: int = 1,
+        stacked: bool | None = None,
     ) -> None:
         self.params = unique_parameters(modules)
         self.max_grad_norm = max_grad_norm
         self.weights = dict(weights or {})
         self.seeds = seeds
-        self.alive = torch.ones(seeds, dtype=torch.bool)
-        self.failures: dict[int, str] = {}
+        self.stacked = seeds > 1 if stacked is None else stacked
+        device = self.params[0].device if self.params else torch.device("cpu")
+        self.alive = torch.ones(seeds, dtype=torch.bool, device=device)
         if optimizer is None:
             # the fused kernel does Adam's update for all parameters at once (about 3x faster on CPU)
             optimizer = torch.optim.Adam(self.params, lr=lr, fused=True)
         self.optimizer = optimizer
 
-    def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
-        if self.seeds > 1:
-            return self._per_seed(losses)
-        loss = total_loss(losses, self.weights)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        else:
-            grads = [p.grad.norm() for p in self.params if p.grad is not None]
-            grad_norm = torch.stack(grads).norm() if grads else torch.zeros(())
-        self.optimizer.step()
-        return {"loss": loss.detach(), "grad_norm": grad_norm.detach()}
+    @property
+    def failures(self) -> dict[int, str]:
+        """Why each stopped seed stopped, by seed index (a host read of :attr:`alive`)."""
+        return {
+            s: f"non-finite loss at seed index {s}; that seed stops (its last good state is kept)"
+            for s in (~self.alive).nonzero().flatten().tolist()
+        }
 
-    def _per_seed(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
-        per_seed = total_loss(losses, self.weights)  # [S]
-        finite = torch.isfinite(per_seed).cpu()
-        for s in (self.alive & ~finite).nonzero().flatten().tolist():
-            self.alive[s] = False
-            self.failures[s] = f"non-finite loss at seed index {s}; that seed stops (its last good state is kept)"
-        dead = (~self.alive).nonzero().flatten().tolist()
+    def _per_seed(self, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``mask`` ``[S]`` shaped to broadcast over ``t``'s seed slices (unstacked: one seed, every element)."""
+        return mask.reshape(self.seeds, *[1] * (t.ndim - 1)) if self.stacked else mask.reshape([1] * t.ndim)
+
+    def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
+        per_seed = total_loss(losses, self.weights).reshape(self.seeds)
+        self.alive &= torch.isfinite(per_seed)
         self.optimizer.zero_grad(set_to_none=True)
-        torch.where(finite.to(per_seed.device), per_seed, 0.0).sum().backward()
-        kept = self._slices(dead)
-        for p in self.params:
-            if p.grad is not None and dead:
-                p.grad[dead] = 0.0  # a failed seed's NaN stays out of the clip and the step
-        grad_norm = clip_per_seed(self.params, self.max_grad_norm, self.seeds)
+        torch.where(self.alive, per_seed, 0.0).sum().backward()
+        dead = ~self.alive
+        grads = [p.grad for p in self.params if p.grad is not None]
+        for g in grads:  # a stopped seed's NaN stays out of the clip and the step
+            g.masked_fill_(self._per_seed(dead, g), 0.0)
+        if not self.stacked:
+            grad_norm = _global_norm(self.params, grads, self.max_grad_norm).reshape(1)
+        else:
+            grad_norm = clip_per_seed(self.params, self.max_grad_norm, self.seeds)
+        for p in self.params:  # zero gradient and first moment: Adam leaves a stopped seed's parameters as they are
+            exp_avg = self.optimizer.state.get(p, {}).get("exp_avg")
+            if exp_avg is not None:
+                exp_avg.masked_fill_(self._per_seed(dead, exp_avg), 0.0)
         self.optimizer.step()
-        with torch.no_grad():
-            for t, values in kept:
-                t[dead] = values
         return {"loss": per_seed.detach(), "grad_norm": grad_norm.detach()}
 
-    def _slices(self, dead: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The failed seeds' slices of every parameter and Adam moment, to put back after the step."""
-        if not dead:
-            return []
-        out = []
-        for p in self.params:
-            state = self.optimizer.state.get(p, {})
-            for t in (p, state.get("exp_avg"), state.get("exp_avg_sq")):
-                if t is not None:
-                    out.append((t, t.detach()[dead].clone()))
-        return out
+
+def _global_norm(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """One seed's gradient norm over its own (unstacked) tensors, clipped by torch's ``clip_grad_norm_``."""
+    if max_norm is not None:
+        return nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.stack([g.norm() for g in grads]).norm() if grads else torch.zeros((), device=params[0].device)

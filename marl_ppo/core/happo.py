@@ -109,7 +109,11 @@ class _AgentStep:
 
     def __init__(self, step: AggregatedStep, params: list[torch.Tensor]) -> None:
         self.step, self.params = step, params
-        self.seeds, self.alive, self.failures = step.seeds, step.alive, step.failures
+        self.seeds, self.alive, self.stacked = step.seeds, step.alive, step.stacked
+
+    @property
+    def failures(self) -> dict[int, str]:
+        return self.step.failures
 
     def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
         state = self.step.optimizer.state
@@ -147,9 +151,7 @@ def _joint_log_ratio(
 
 
 def _joint_log_ratios(stack: SeedStack, g: str, agent: int | None, batch: TensorDictBase, seq_len: int | None):
-    """:func:`_joint_log_ratio` of each seed of ``stack`` on its slice of ``batch`` ``[S, ...]`` (one seed: all)."""
-    if stack.seeds == 1:
-        return _joint_log_ratio(stack.template, g, agent, batch, seq_len)
+    """:func:`_joint_log_ratio` of each seed of ``stack`` on its slice of ``batch`` ``[S, ...]``."""
     out = []
     for s in range(stack.seeds):
         with stack.seed(s) as router:
@@ -178,20 +180,24 @@ def happo_update(
     ``critic="after"``), and ``loss``/``grad_norm`` summed/averaged over the passes. A group none of
     whose units keeps a sample (:func:`trains_on`) has no pass and no diagnostics.
     """
-    stack = model if isinstance(model, SeedStack) else SeedStack([model])
+    if not isinstance(model, SeedStack):  # a router: a stack of one seed, its batch given the seed dim
+        args = dict(num_epochs=num_epochs, minibatch_size=minibatch_size, generator=generator, seq_len=seq_len)
+        one = SeedStack([model])
+        return happo_update(one, step, batch.unsqueeze(0), order=order, critic=critic, **args, **kwargs)[0]
+    stack = model
     if critic not in ("after", "with_actor"):
         raise ValueError(f"HAPPO's critic must be 'after' or 'with_actor', got {critic!r}")
     router = stack.template
-    if stack.seeds > 1 and order != "fixed" and len(units_of(router)) > 1:
+    generators = list(generator) if isinstance(generator, Sequence) else [generator]
+    if order != "fixed" and len(generators) > 1 and len(units_of(router)) > 1:  # refused by the config first
         raise ValueError(SEEDS_NEED_FIXED_ORDER)
-    first = generator[0] if isinstance(generator, Sequence) else generator
+    first = generators[0]
     run = dict(num_epochs=num_epochs, minibatch_size=minibatch_size, generator=generator, seq_len=seq_len, **kwargs)
     # only the units whose loss keeps a sample: a seat playing frozen players only is never one
     units = unit_order([u for u in units_of(router) if trains_on(router, u, batch)], order, first)
     if not units:  # every loss mask empty (e.g. a pool seat that drew snapshots only): nothing to train
-        shape = [stack.seeds] if stack.seeds > 1 else []
-        zero = torch.zeros(shape, device=batch.device)
-        return TensorDict({"loss": zero, "grad_norm": zero.clone()}, batch_size=shape)
+        zero = torch.zeros(stack.seeds, device=batch.device)
+        return TensorDict({"loss": zero, "grad_norm": zero.clone()}, batch_size=[stack.seeds])
     trained = [g for g in router.groups if g in {u for u, _ in units}]  # the router's order
     batch = batch.clone(False)  # the weights and masks are this update's, not the collected batch's
     weight = torch.ones(batch.shape, device=batch.device)

@@ -5,7 +5,8 @@ differing only in its keys, which :class:`~marl_ppo.groups.GroupKeys` namespaces
 its advantage, value target, value and log-prob never sit at the root, so two groups cannot
 overwrite each other. The router computes each group's advantages with ``MultiAgentGAE`` on the
 routed reward/done, checks every shape that torchrl would otherwise broadcast silently, and
-returns ``{group: loss_td}`` with scalar diagnostics.
+returns ``{group: loss_td}`` with scalar diagnostics. How each group's loss is built and called
+(the PPO objective and our overrides of it) is :mod:`marl_ppo.core.group_loss`.
 
 >>> import torch
 >>> from torchrl.envs.libs.vmas import VmasEnv
@@ -29,7 +30,6 @@ torch.Size([4, 8, 3, 1])
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -37,33 +37,21 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from marl_ppo.algorithms import algorithm as algorithm_entry
-from marl_ppo.core.advantages import check_trailing_one, compute_advantages, group_estimator
-from marl_ppo.core.bundles import GroupBatchNet, GroupBundle, bundle_spec, find_bundles
-from marl_ppo.core.diagnostics import Reducer, head_key, masked_diagnostics, per_head_diagnostics
-from marl_ppo.core.losses import per_head_loss
+from marl_ppo.core.advantages import check_trailing_one, compute_advantages
+from marl_ppo.core.group_loss import LossBuilder, group_loss, reads_own_group_only
 from marl_ppo.groups.specs import GroupSpec
-from marl_ppo.models import Head, Networks, TensorOutModule, action_heads, build_actor, build_models
-from marl_ppo.models.critic import NormalizedValueNet, SlicedValueNorm, value_norms
+from marl_ppo.models import Networks, action_heads, build_models
+from marl_ppo.models.critic import value_norms
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.recurrent import recurrent_modules, state_keys
 
-__all__ = ["GroupRouter", "is_legacy_key"]
+__all__ = ["GroupRouter"]
 
 
 # The losses' buffers that their arguments set (not training); see GroupRouter.hyperparameters.
 HYPERPARAMETER_BUFFERS = frozenset(
-    {
-        "clip_epsilon",
-        "critic_coeff",
-        "entropy_coeff",
-        "head_entropy_coeffs",
-        "gamma",
-        "lmbda",
-    }
+    {"clip_epsilon", "critic_coeff", "entropy_coeff", "head_entropy_coeffs", "gamma", "lmbda"}
 )
-
-# Loss entries a head name must not shadow in the group's loss tensordict.
-_RESERVED = {"entropy", "kl_approx", "clip_fraction", "ESS", "explained_variance", "max_ratio", "mean_ratio"}
 
 
 class GroupRouter(nn.Module):
@@ -115,117 +103,33 @@ class GroupRouter(nn.Module):
         unshared: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        self.networks = networks if networks is not None else Networks()  # the agent MLPs the modules run
         entry = algorithm_entry(algorithm)  # a ValueError naming the registered ones
         for name, modules in (("actor", actors), ("critic", critics)):
-            missing = [g for g in groups if g not in modules]
-            if missing:
+            if missing := [g for g in groups if g not in modules]:
                 raise KeyError(f"no {name} for group(s) {missing}; {name}s given for {sorted(modules)}")
-        self.groups = dict(groups)
+        self.groups, self.algorithm, self.clip_epsilon = dict(groups), algorithm, clip_epsilon
+        self.networks = networks if networks is not None else Networks()  # the agent MLPs the modules run
         self.unshared = [g for g in self.groups if g in set(unshared)]
-        self.algorithm = algorithm
-        self.clip_epsilon = clip_epsilon
         self.heads = {g: action_heads(spec) for g, spec in self.groups.items()}
-        head_coeffs = _head_coefficients(self.heads, float(entropy_coeff), dict(head_entropy_coeff or {}))
-        self._loss_kwargs = dict(
-            clip_epsilon=clip_epsilon,
-            entropy_coeff=float(entropy_coeff),
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-            normalize_advantage=normalize_advantage,
-            clip_value=clip_value,
-            functional=False,
-        )
-        self._loss_kwargs.update(entry.loss_kwargs)
-        self._loss_class = per_head_loss(entry.loss_class())
-        # loss.value_norm: each group's normaliser (and PopArt output layer), from its critic
+        build = LossBuilder(
+            entry, self.heads, entropy_coeff, head_entropy_coeff, self.networks, gamma=gamma, lmbda=lmbda,
+            clip_epsilon=clip_epsilon, critic_coeff=critic_coeff, loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage, clip_value=clip_value,
+        )  # fmt: skip
+        # each group's value normaliser (and PopArt output layer), from its critic
         self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}
-        self.losses = nn.ModuleDict()
-        for g, spec in self.groups.items():
-            norm = self._value_norms.get(g, (None,))[0]
-            critic = _on_group_keys(critics[g], spec)
-            # a masked group records per element: its diagnostics count its kept entries (core/diagnostics.py)
-            loss = self._make_loss(
-                spec, actors[g], critic, head_coeffs[g], value_norm=norm, per_element=bool(spec.keys.mask)
-            )
-            # the one GAE path (core/advantages.py): torchrl's estimator on the values our call wrote
-            loss.make_value_estimator(group_estimator(spec.keys, gamma=gamma, lmbda=lmbda))
-            self.losses[g] = loss
+        self.losses = nn.ModuleDict({g: build.group(g, s, actors[g], critics[g]) for g, s in self.groups.items()})
         self._critics = {g: loss.critic_network for g, loss in self.losses.items()}
         # Collection runs the actors, and the recurrent critics too: their hidden states are
         # collected with the data, and the advantages and the update start from them.
         self.recurrent_critics = list({id(c): c for c in self._critics.values() if recurrent_modules(c)}.values())
         self.policy = TensorDictSequential(*[actors[g] for g in self.groups], *self.recurrent_critics)
         self.recurrent_keys = state_keys(self.policy)  # stored states + "is_init"; [] without a recurrent model
-        self._reads_own_group_only = {
-            g: _reads_own_group_only(spec, self.losses[g].critic_network) for g, spec in self.groups.items()
-        }
-        self._register_load_state_dict_pre_hook(_drop_legacy_keys)
+        self._own_only = {g: reads_own_group_only(spec, self._critics[g]) for g, spec in self.groups.items()}
         # Not registered as submodules: a bundle holds no parameters of its own, and the router's
         # state_dict stays the groups' (see _apply for devices).
-        self._bundles: list[GroupBundle] = []
-        # value clipping's fraction is not split per group; a sequential update mode steps one group at a time
-        if bundle_groups and clip_value is None and not entry.sequential:
-            members = find_bundles(
-                self.groups, actors, critics, head_coeffs, self._reads_own_group_only.get, self.networks
-            )
-            for i, names in enumerate(members):
-                self._bundles.append(self._make_bundle(f"__bundle{i}__", names, actors, critics, head_coeffs))
+        self._bundles = build.bundles(self.groups, actors, critics, self._own_only.get) if bundle_groups else []
         self._bundled = {g: b for b in self._bundles for g in b.groups}
-
-    def _make_loss(
-        self,
-        spec: GroupSpec,
-        actor,
-        critic,
-        coeffs: list[float],
-        *,
-        value_norm=None,
-        per_element: bool = False,
-        **extra,
-    ) -> nn.Module:
-        """One group's torchrl PPO loss, on the group's keys, with its heads' entropy coefficients."""
-        keys = spec.keys
-        entropy_heads = (
-            {head_key(keys.action, h, "_entropy"): i for i, h in enumerate(action_heads(spec))}
-            if spec.is_composite_action
-            else None
-        )
-        loss = self._loss_class(
-            actor,
-            critic,
-            head_coeffs=coeffs,
-            entropy_heads=entropy_heads,
-            value_norm=value_norm,
-            mask_key=keys.mask,
-            per_element=per_element,
-            weight_key=keys.update_weight,
-            unit_mask_key=keys.update_mask,
-            **self._loss_kwargs,
-            **extra,
-        )
-        loss.set_keys(**keys.value_keys())
-        if not spec.is_composite_action:
-            loss.set_keys(action=keys.action, sample_log_prob=keys.log_prob)
-        return loss
-
-    def _make_bundle(self, name: str, members: list[str], actors, critics, head_coeffs) -> GroupBundle:
-        """One loss call for ``members`` (groups with equal signatures, see :mod:`marl_ppo.core.bundles`)."""
-        specs = [self.groups[g] for g in members]
-        spec = bundle_spec(name, specs)
-        n = specs[0].n_agents
-        actor = build_actor(spec, net=GroupBatchNet([self.networks.of(actors[g]) for g in members], n))
-        net = GroupBatchNet([self.networks.of(critics[g]) for g in members], n)
-        norms = [value_norms(critics[g])[g][0] for g in members if value_norms(critics[g])]
-        sliced = SlicedValueNorm(norms, n) if norms else None
-        if sliced is not None:  # each group's slice de-normalised with its own statistics
-            net = NormalizedValueNet(net, {name: sliced}, {})
-        critic = TensorOutModule(net, in_keys=[spec.observation_keys[0]], out_keys=[spec.keys.value])
-        loss = self._make_loss(
-            spec, actor, critic, head_coeffs[members[0]], value_norm=sliced, per_element=True, reduction="none"
-        )
-        diagnostics = partial(per_head_diagnostics, self.heads[members[0]], self.clip_epsilon)
-        return GroupBundle(spec, members, loss, diagnostics)
 
     @property
     def bundles(self) -> list[tuple[str, ...]]:
@@ -327,123 +231,11 @@ class GroupRouter(nn.Module):
                     "on the full rollout before splitting it into minibatches"
                 )
             check_trailing_one(td, g, keys.advantage, "advantage")
-            if g in self._bundled:
-                continue
-            # the loss clones what it is given: give it its own group's entries, not every group's
-            sub = td.select(g) if self._reads_own_group_only[g] else td
-            if keys.mask is not None and loss.normalize_advantage and keys.mask in td.keys(include_nested=True):
-                # torchrl standardises the advantage over the entries "shifted_valid" marks:
-                # padding (agents that left the episode) stays out of the statistics
-                sub = sub.copy() if sub is td else sub
-                sub.set("shifted_valid", td.get(keys.mask))
-            loss_td = loss(sub, entropy_scale=entropy_scale)
-            record, reduce = loss.record.take(), torch.mean
-            mask = td.get(keys.mask, None) if record.per_element else None
-            if mask is not None:  # torchrl's diagnostics count the padding too
-                reducer = Reducer(mask)
-                for name, value in masked_diagnostics(record, loss_td.keys(), reducer, loss._clip_bounds).items():
-                    loss_td.set(name, value[0])
-                reduce = lambda x: reducer.mean(x)[0]  # noqa: E731
-            if self.groups[g].is_composite_action:
-                entropy = loss_td.pop("composite_entropy", None)
-                for name, value in per_head_diagnostics(
-                    self.heads[g], self.clip_epsilon, keys.action, record.log_prob, td, entropy, reduce
-                ).items():
-                    loss_td.set(name, value)
-            out[g] = _scalar_diagnostics(loss_td)
+            if g not in self._bundled:  # torchrl's loss and our diagnostics (core/group_loss.py)
+                out[g] = group_loss(
+                    loss, self.groups[g], self.heads[g], self.clip_epsilon, td, self._own_only[g], entropy_scale
+                )
         for bundle in self._bundles:
             if groups is None or any(g in groups for g in bundle.groups):
                 out.update(bundle(td, entropy_scale))
         return TensorDict({g: out[g] for g in self.groups if g in out}, batch_size=[])
-
-
-def _scalar_diagnostics(loss_td: TensorDictBase) -> TensorDictBase:
-    """Reduces every non-loss entry to a detached scalar (ESS and explained variance come out per agent/time)."""
-    for key, value in list(loss_td.items(include_nested=True, leaves_only=True)):
-        name = key if isinstance(key, str) else key[-1]
-        if name.startswith("loss_"):
-            continue
-        if value.ndim or value.requires_grad:
-            loss_td.set(key, value.detach().float().mean())
-    return loss_td
-
-
-def _reads_own_group_only(spec: GroupSpec, critic: TensorDictModule) -> bool:
-    """Whether every entry the group's loss reads lives under the group's own key."""
-    keys = [
-        *spec.observation_keys,
-        *critic.in_keys,
-        spec.action_mask_key,
-        spec.keys.mask,
-        spec.keys.action,
-        spec.keys.log_prob,
-        spec.keys.advantage,
-        spec.keys.value_target,
-        spec.keys.value,
-    ]
-    return all(k is None or (isinstance(k, tuple) and len(k) > 1 and k[0] == spec.name) for k in keys)
-
-
-def _on_group_keys(critic: TensorDictModule, spec: GroupSpec) -> TensorDictModule:
-    """A critic reading this group's observation and writing its value key.
-
-    A critic object shared by several groups is re-wrapped per group around the same network,
-    so its parameters are shared while each group's values land under its own keys.
-    """
-    in_keys, out_keys = list(spec.observation_keys), [spec.keys.value]
-    if list(critic.out_keys) == out_keys:  # built for this group (on its observations, or the state too)
-        return critic
-    if len(critic.out_keys) > 1 and out_keys[0] in critic.out_keys:  # one critic writing every group's value
-        return critic
-    return TensorOutModule(critic.module, in_keys=in_keys, out_keys=out_keys)
-
-
-def _head_coefficients(
-    heads: Mapping[str, list[Head]], default: float, given: dict[str, float]
-) -> dict[str, list[float]]:
-    """Each group's per-head entropy coefficients from ``{"head": c}`` / ``{"group:head": c}``."""
-    known = {}
-    for g, group_heads in heads.items():
-        for h in group_heads:
-            if (
-                "/" in "".join(h.name)
-                or h.name[:1]
-                and h.name[0] in _RESERVED
-                or any(n.startswith("loss_") for n in h.name)
-            ):
-                raise ValueError(
-                    f"group {g!r}: action head {h.name} cannot be logged without colliding with another "
-                    f"metric name (no '/' in head names, none of {sorted(_RESERVED)}, no 'loss_' prefix)"
-                )
-            known.setdefault(h.label, []).append(g)
-    unknown = []
-    for name in given:
-        group, _, head = name.rpartition(":")
-        if head not in known or (group and group not in known[head]):
-            unknown.append(name)
-    if unknown:
-        listing = ", ".join(f"{h} (groups {gs})" for h, gs in known.items())
-        raise KeyError(f"entropy coefficient(s) for unknown head(s) {unknown}; known heads: {listing}")
-    return {
-        g: [float(given.get(f"{g}:{h.label}", given.get(h.label, default))) for h in group_heads]
-        for g, group_heads in heads.items()
-    }
-
-
-# Checkpoints written before the one GAE path held a second estimator for recurrent and global
-# critics (``_estimators.<group>.gamma/lmbda``, the same values as the loss's), and before the
-# entropy schedule became the training state's value each loss's configured coefficients twice
-# (``base_head_entropy_coeffs``; the coefficients are taken from the config on resume anyway):
-# dropped on load.
-LEGACY_STATE_PREFIXES = ("_estimators.",)
-LEGACY_STATE_SUFFIXES = (".base_head_entropy_coeffs",)
-
-
-def is_legacy_key(key: str, prefix: str = "") -> bool:
-    """Whether a router state-dict entry is one older checkpoints hold and today's router does not."""
-    return key.startswith(tuple(prefix + p for p in LEGACY_STATE_PREFIXES)) or key.endswith(LEGACY_STATE_SUFFIXES)
-
-
-def _drop_legacy_keys(state_dict, prefix, *args) -> None:
-    for key in [k for k in state_dict if k.startswith(prefix) and is_legacy_key(k, prefix)]:
-        del state_dict[key]

@@ -51,16 +51,18 @@ def _stacked(leaves: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 class SeedStack:
-    """The routers of 1..S seeds (built alike) as one: one router as it is, several stacked ``[S, ...]``.
+    """The routers of S seeds (built alike) as one, S = 1 included: every call takes and gives ``[S, ...]``.
 
-    ``routers[0]`` is the template; with S > 1 the stacked tensors are swapped into it and the other
-    routers are only read here. :attr:`params` maps every path of the template to its stacked tensor
-    (shared paths to the same one; ``None`` for one seed), :attr:`trainable` lists each trainable
-    parameter once.
+    ``routers[0]`` is the template. Only the *storage* depends on S: one seed keeps the router's own
+    tensors (no stacking, no vmap to pay for: its overhead is a third of a small update; PopArt's
+    plain tensor references keep working), several are stacked ``[S, ...]`` and swapped into the
+    template for each call (the other routers are only read here). :attr:`params` maps every path of
+    the template to its stacked tensor (shared paths to the same one; ``None`` for one seed's own
+    tensors), :attr:`trainable` lists each trainable parameter once, :attr:`stacked` says which storage.
 
     >>> one = SeedStack([torch.nn.Linear(2, 1)])
-    >>> one.seeds, one.params is None, len(one.trainable)
-    (1, True, 2)
+    >>> one.seeds, one.stacked, len(one.trainable)
+    (1, False, 2)
     """
 
     def __init__(self, routers: Sequence[nn.Module]) -> None:
@@ -68,95 +70,81 @@ class SeedStack:
             raise ValueError("a seed stack needs at least one router")
         self.template = routers[0]
         self.seeds = len(routers)
-        self.looped = False
-        if self.seeds == 1:  # the router's own tensors: nothing to stack, no vmap to pay for
-            self.params, self.trainable = None, unique_parameters(self.template)
-            return
-        why = seed_refusal(routers[0])
-        if why is not None:
-            raise ValueError(f"many seeds in one process do not support {why} yet")
-        per_seed = [TensorDict.from_module(r) for r in routers]  # the routers' own tensors, every path
-        stacked: dict[int, torch.Tensor] = {}  # id(template tensor) -> its stacked tensor: shared stays shared
-        self.params = per_seed[0].empty()
-        for key in per_seed[0].keys(include_nested=True, leaves_only=True):
-            ident = id(per_seed[0].get(key))
-            if ident not in stacked:
-                stacked[ident] = _stacked([td.get(key) for td in per_seed])
-            self.params.set(key, stacked[ident])
-        self.params.batch_size = [self.seeds]
-        for name, module in self.template.named_modules(remove_duplicate=False):
-            if isinstance(module, MultiAgentNetBase):  # its per-agent TensorDictParams keeps its batch [n_agents]
-                self.params.get((*name.split("."), "params")).batch_size = [self.seeds, *module.params.batch_size]
-        self.trainable = [t for t in stacked.values() if isinstance(t, nn.Parameter) and t.requires_grad]
+        self.stacked = self.seeds != 1  # the storage: the router's own tensors, or S stacked
         # torch.vmap has no batching rule for a composite action's log-ratio (a TensorDict subtraction,
         # torch._foreach_sub) nor for the GRU/LSTM kernels: such a router's losses run seed by seed
-        composite = any(spec.is_composite_action for spec in self.template.groups.values())
-        self.looped = composite or bool(self.template.recurrent_keys)
-        self.params[0].to_module(self.template)  # the template holds seed 0's slices: one set of storages
+        composite = any(spec.is_composite_action for spec in getattr(self.template, "groups", {}).values())
+        self.looped = not self.stacked or composite or bool(getattr(self.template, "recurrent_keys", ()))
+        self.params = _stack(routers) if self.stacked else None
+        self.trainable = (
+            [t for t in _leaves(self.params) if isinstance(t, nn.Parameter) and t.requires_grad]
+            if self.stacked
+            else unique_parameters(self.template)
+        )
+        if self.stacked:
+            self.params[0].to_module(self.template)  # the template holds seed 0's slices: one set of storages
 
     def split(self, batch: TensorDictBase) -> TensorDictBase:
-        """A batch of every seed's env copies, ``[S * E, ...]``, as ``[S, E, ...]`` (one seed: as it is)."""
-        return batch if self.seeds == 1 else batch.reshape(self.seeds, -1, *batch.shape[1:])
+        """A batch of every seed's env copies, ``[S * E, ...]``, as ``[S, E, ...]``."""
+        return batch.reshape(self.seeds, -1, *batch.shape[1:])
 
     def stacked_of(self, module: nn.Module) -> TensorDictBase:
-        """The stacked tensors of a module of the template, ``[S]``: ``stacked_of(m)[s].to_module(m)`` is seed s's."""
+        """The stacked tensors of a module of the template, ``[S]``: ``stacked_of(m)[s].to_module(m)`` is seed s's
+        (stacked storage only)."""
         for name, own in self.template.named_modules():
             if own is module:
                 return self.params.get(tuple(name.split("."))) if name else self.params
         raise ValueError(f"{type(module).__name__} is not a module of the template router")
 
     def trainable_of(self, module: nn.Module) -> list[torch.Tensor]:
-        """The tensors of :attr:`trainable` (what the step holds) that are ``module``'s parameters: its own
-        (one seed), or their stacks."""
-        if self.seeds == 1:
-            mine = {id(p) for p in module.parameters()}
-        else:
-            mine = {id(t) for t in self.stacked_of(module).values(include_nested=True, leaves_only=True)}
+        """The tensors of :attr:`trainable` (what the step holds) that are ``module``'s parameters (or their stacks)."""
+        mine = {id(t) for t in (_leaves(self.stacked_of(module)) if self.stacked else module.parameters())}
         return [t for t in self.trainable if id(t) in mine]
 
     @contextlib.contextmanager
     def seed(self, s: int) -> Iterator[GroupRouter]:
         """The template with seed ``s``'s tensors in it (views: in-place updates, as value-norm statistics, land
-        in the stack). One seed: the router as it is."""
-        if self.seeds == 1:
+        in the stack)."""
+        if not self.stacked:
             yield self.template
             return
         with self.params[s].to_module(self.template):
             yield self.template
 
     def compute_advantages(self, batch: TensorDictBase) -> TensorDictBase:
-        """Each seed's advantages and value targets on its own slice of ``batch`` (``[S, ...]``; one seed: the
-        router's, written into ``batch``), with its own critic (and value-norm statistics, updated in place)."""
-        if self.seeds == 1:
-            return self.template.compute_advantages(batch)
+        """Each seed's advantages and value targets on its own slice of ``batch`` ``[S, ...]``, with its own critic
+        (and value-norm statistics, updated in place)."""
         out = []
         for s in range(self.seeds):
             with torch.no_grad(), self.seed(s) as router:
                 out.append(router.compute_advantages(batch[s].clone(False)))
         return torch.stack(out)
 
-    def _losses(self, params: TensorDictBase, td: TensorDictBase, entropy_scale=None, groups=None) -> TensorDictBase:
+    def _losses(self, params: TensorDictBase | None, td: TensorDictBase, entropy_scale=None, groups=None):
+        if params is None:
+            return self.template(td, entropy_scale, groups)
         with params.to_module(self.template):
             return self.template(td, entropy_scale, groups)
 
     def __call__(
         self, minibatch: TensorDictBase, entropy_scale: torch.Tensor | None = None, groups: Sequence[str] | None = None
     ) -> TensorDictBase:
-        """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each (one
-        seed: the router's on ``minibatch`` ``[M, ...]``). ``entropy_scale``: the seeds' one schedule value;
-        ``groups``: only these groups' losses (see :meth:`~marl_ppo.core.router.GroupRouter.forward`)."""
-        if self.seeds == 1:  # no vmap to pay for (its overhead is a third of a small update)
-            return self.template(minibatch, entropy_scale, groups)
+        """Every seed's losses and diagnostics on its slice of ``minibatch`` ``[S, M, ...]``: ``[S]`` each.
+        ``entropy_scale``: the seeds' one schedule value; ``groups``: only these groups' losses (see
+        :meth:`~marl_ppo.core.router.GroupRouter.forward`)."""
         if self.looped:  # one loss call per seed, on its slices of the stack (gradients reach the stack)
             return torch.stack(
-                [self._losses(self.params[s], minibatch[s], entropy_scale, groups) for s in range(self.seeds)]
+                [
+                    self._losses(self.params[s] if self.stacked else None, minibatch[s], entropy_scale, groups)
+                    for s in range(self.seeds)
+                ]
             )
         losses = functools.partial(self._losses, entropy_scale=entropy_scale, groups=groups)
         return torch.vmap(losses, (0, 0), randomness="error")(self.params, minibatch)
 
     def state_dict(self, s: int) -> dict[str, torch.Tensor]:
-        """Seed ``s``'s router state dict, as its single run would save it (one seed: the router's own)."""
-        if self.seeds == 1:
+        """Seed ``s``'s router state dict, as its single run would save it."""
+        if not self.stacked:
             return self.template.state_dict()
         with self.seed(s) as router:
             return {k: v.detach().clone() for k, v in router.state_dict().items()}
@@ -166,6 +154,39 @@ class SeedStack:
         with torch.no_grad(), self.seed(s) as router:
             router.load_state_dict(state)
 
-    def stacked(self, name: str) -> torch.Tensor:
-        """The stacked tensor of the template's parameter or buffer ``name`` (``losses.agents....weight``)."""
-        return self.params.get(tuple(name.split(".")))
+    def slice_of(self, t: torch.Tensor, s: int) -> torch.Tensor:
+        """Seed ``s``'s part of a tensor shaped like a stored parameter (a stacked leaf, or an Adam moment of one)."""
+        return t[s] if self.stacked else t
+
+    def stored(self, name: str) -> torch.Tensor:
+        """The stored tensor of the template's parameter ``name`` (``losses.agents....weight``): its stack, or it."""
+        return self.params.get(tuple(name.split("."))) if self.stacked else self.template.get_parameter(name)
+
+
+def _leaves(params: TensorDictBase) -> list[torch.Tensor]:
+    seen, out = set(), []
+    for t in params.values(include_nested=True, leaves_only=True):
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _stack(routers: Sequence[nn.Module]) -> TensorDictBase:
+    """The parameters and buffers of ``routers`` stacked ``[S, ...]``; a tensor two paths share stays one stack."""
+    why = seed_refusal(routers[0])
+    if why is not None:
+        raise ValueError(f"many seeds in one process do not support {why} yet")
+    per_seed = [TensorDict.from_module(r) for r in routers]  # the routers' own tensors, every path
+    stacked: dict[int, torch.Tensor] = {}  # id(template tensor) -> its stacked tensor: shared stays shared
+    params = per_seed[0].empty()
+    for key in per_seed[0].keys(include_nested=True, leaves_only=True):
+        ident = id(per_seed[0].get(key))
+        if ident not in stacked:
+            stacked[ident] = _stacked([td.get(key) for td in per_seed])
+        params.set(key, stacked[ident])
+    params.batch_size = [len(routers)]
+    for name, module in routers[0].named_modules(remove_duplicate=False):
+        if isinstance(module, MultiAgentNetBase):  # its per-agent TensorDictParams keeps its batch [n_agents]
+            params.get((*name.split("."), "params")).batch_size = [len(routers), *module.params.batch_size]
+    return params

@@ -60,11 +60,10 @@ class Snapshots(Protocol):
 class TrainState:
     """The seeds' parameters, their optimizer step and schedule, the update's generators and the counters.
 
-    ``model``: a router (one seed) or a :class:`~marl_ppo.core.seeds.SeedStack`. ``generator``: the
-    update's generator, or one per seed. ``entropy_schedule``: iteration -> the scale of every entropy
-    coefficient (``None``: as configured, always). ``names``: with S > 1 seeds, the router's trainable
-    parameter names in a single run's optimizer order (what a seed's checkpoint lists its Adam
-    state by).
+    ``model``: a :class:`~marl_ppo.core.seeds.SeedStack` (a router: a stack of one seed). ``generator``:
+    the update's generator, or one per seed. ``entropy_schedule``: iteration -> the scale of every
+    entropy coefficient (``None``: as configured, always). A seed's checkpoint lists its Adam state
+    by the router's trainable parameter names in a single run's optimizer order (:attr:`names`).
     """
 
     def __init__(
@@ -75,7 +74,6 @@ class TrainState:
         generator: torch.Generator | Sequence[torch.Generator | None] | None = None,
         *,
         snapshots: Mapping[str, Snapshots] | None = None,
-        names: Sequence[str] = (),
         entropy_schedule: Callable[[int], float] | None = None,
     ) -> None:
         self.stack = model if isinstance(model, SeedStack) else SeedStack([model])
@@ -90,7 +88,7 @@ class TrainState:
         for seat, pool in self.snapshots.items():
             if not isinstance(pool, Snapshots):
                 raise TypeError(f"snapshots[{seat!r}]: a {type(pool).__name__} has no state()/load(): not Snapshots")
-        self.names = list(names)
+        self.names = [n for n, p in self.router.named_parameters() if p.requires_grad]  # a single run's order
         self.entropy_schedule = entropy_schedule
 
     @property
@@ -118,15 +116,15 @@ class TrainState:
         return self.returns[0]
 
     def params(self) -> TensorDict:
-        """Every parameter and buffer as one (locked) TensorDict sharing their storage (``[S]`` for S seeds)."""
-        return TensorDict.from_module(self.router) if self.seeds == 1 else self.stack.params
+        """Every parameter and buffer as one (locked) TensorDict sharing their storage (stacked: ``[S]``)."""
+        return self.stack.params if self.stack.stacked else TensorDict.from_module(self.router)
 
     def state_dict(self, seed: int = 0) -> dict[str, Any]:
         """Seed ``seed``'s state as its single run has it: tensors and plain containers only (a checkpoint
         loads it with ``weights_only=True``)."""
         out = {
             "router": self.stack.state_dict(seed),
-            "optimizer": self.step.optimizer.state_dict() if self.seeds == 1 else self._seed_optimizer(seed),
+            "optimizer": self._seed_optimizer(seed),
             "scheduler": self.scheduler.state_dict(),
             "iteration": self.iteration,
             "frames": self.frames,
@@ -141,10 +139,7 @@ class TrainState:
     def load_state_dict(self, state: dict[str, Any], seed: int = 0) -> None:
         """Restores :meth:`state_dict`'s output for ``seed`` (the tensors are copied onto their devices)."""
         self.stack.load_state_dict(seed, state["router"])
-        if self.seeds == 1:
-            self.step.optimizer.load_state_dict(state["optimizer"])
-        else:
-            self.load_optimizer_states({seed: state["optimizer"]})
+        self.load_optimizer_states({seed: state["optimizer"]})
         self.scheduler.load_state_dict(state["scheduler"])
         self.iteration, self.frames = int(state["iteration"]), int(state["frames"])
         self.returns[seed] = dict(state.get("last_returns", {}))
@@ -153,15 +148,15 @@ class TrainState:
         for g, pool in self.snapshots.items():
             pool.load(state["pools"][g])
 
-    # -- S seeds: each seed's optimizer state in its single run's form -------------------
+    # -- each seed's optimizer state in its single run's form ----------------------------
 
     def _seed_optimizer(self, seed: int) -> dict[str, Any]:
         """Seed ``seed``'s Adam state as its single run's optimizer lists it (by :attr:`names`)."""
         state = {}
         for i, name in enumerate(self.names):
-            own = self.step.optimizer.state.get(self.stack.stacked(name))
+            own = self.step.optimizer.state.get(self.stack.stored(name))
             if own:
-                state[i] = {k: (v if k == "step" else v[seed]).clone() for k, v in own.items()}
+                state[i] = {k: (v if k == "step" else self.stack.slice_of(v, seed)).clone() for k, v in own.items()}
         groups = [
             {**g, "params": list(range(len(self.names)))} for g in self.step.optimizer.state_dict()["param_groups"]
         ]
@@ -169,22 +164,23 @@ class TrainState:
 
     def load_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
         """Single-run optimizer states (``{seed: optimizer state dict}``, listed by :attr:`names`) into the
-        stacked optimizer's slices of those seeds: a resumed group continues each seed's moments."""
+        optimizer's part of those seeds: a resumed run continues each seed's moments (and the param groups'
+        learning rates, which the schedule set)."""
         optimizer = self.step.optimizer
         for i, name in enumerate(self.names):
-            p = self.stack.stacked(name)
+            p = self.stack.stored(name)
             for seed, single in states.items():
                 own = single["state"].get(i)
                 if not own:
                     continue
                 if not optimizer.state.get(p):  # a fresh optimizer: moments of zeros, every seed's
                     optimizer.state[p] = {
-                        k: (v.clone() if k == "step" else torch.zeros_like(p)) for k, v in own.items()
+                        k: (torch.zeros_like(v, device=p.device) if k == "step" else torch.zeros_like(p))
+                        for k, v in own.items()
                     }
                 mine = optimizer.state[p]
                 with torch.no_grad():
                     for k, v in own.items():
-                        if k == "step":
-                            mine[k].copy_(v)
-                        else:
-                            mine[k][seed].copy_(v)
+                        (mine[k] if k == "step" else self.stack.slice_of(mine[k], seed)).copy_(v)
+        for group, saved in zip(optimizer.param_groups, next(iter(states.values()))["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})

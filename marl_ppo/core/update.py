@@ -1,8 +1,8 @@
 """The PPO update: epochs over shuffled minibatches of a collected batch, one aggregated step each.
 
-:func:`ppo_update` is the whole update once a batch has its advantages, for one seed or many in one
-process (a :class:`~marl_ppo.core.seeds.SeedStack`); the trainer calls it once per iteration, the
-benchmarks and notebooks call it directly.
+:func:`ppo_update` is the whole update once a batch has its advantages, for S seeds in one process
+(a :class:`~marl_ppo.core.seeds.SeedStack`, its batch ``[S, ...]`` for any S, one included); the
+trainer calls it once per iteration, the benchmarks and notebooks call it directly.
 """
 
 from __future__ import annotations
@@ -82,21 +82,22 @@ def ppo_update(
 ) -> TensorDictBase:
     """PPO epochs over shuffled minibatches of ``batch`` (advantages already computed).
 
-    ``model`` is a router (one seed) or a :class:`~marl_ppo.core.seeds.SeedStack` of S seeds, whose
-    ``batch`` is ``[S, ...]`` and whose ``step`` is built with ``seeds=S``. Returns the per-group
-    diagnostics averaged over all minibatches, plus ``loss`` and ``grad_norm`` (``[S]`` each for
-    S > 1). A non-finite loss raises :class:`TrainingError`: with one seed, checked after every step
-    on CPU (``check_each_step``, default) and after every epoch on an accelerator; with S seeds, when
-    every seed has failed (a failed seed keeps its last good state, see
-    :class:`~marl_ppo.core.aggregate.AggregatedStep`). ``should_stop`` is asked after every step; when
-    it answers true the update stops there (``StopRequested``).
+    ``model`` is a :class:`~marl_ppo.core.seeds.SeedStack` of S seeds (S = 1 included), whose ``batch``
+    is ``[S, ...]`` and whose ``step`` is built with ``seeds=S``; the per-group diagnostics averaged
+    over all minibatches, plus ``loss`` and ``grad_norm``, come back ``[S]``. A router is a stack of
+    one seed: its batch is given the seed dim and its diagnostics come back without it. A seed whose
+    loss is not finite keeps its last good state and stops (see
+    :class:`~marl_ppo.core.aggregate.AggregatedStep`); when no seed is alive the update raises
+    :class:`TrainingError`, checked after every step on CPU (``check_each_step``, default) and after
+    every epoch on an accelerator. ``should_stop`` is asked after every step; when it answers true
+    the update stops there (``StopRequested``).
 
     With a recurrent model (``router.recurrent_keys``), the samples are chunks of ``seq_len``
     consecutive steps of one env (``minibatch_size / seq_len`` chunks a minibatch), replayed in
     torchrl's recurrent mode from the hidden states stored at collection.
 
     ``generator`` draws the minibatch order (the training state's own, see
-    :class:`~marl_ppo.core.state.TrainState`; one per seed for S seeds, each drawing its seed's order
+    :class:`~marl_ppo.core.state.TrainState`; one per seed, each drawing its seed's order
     on its own device as that seed's single run would); ``None`` draws it from the global torch RNG.
 
     ``entropy_scale`` scales every head's entropy coefficient in this update (the training state's
@@ -107,8 +108,13 @@ def ppo_update(
     all), and a group's ``update_weight`` and ``update_mask`` entries in ``batch``, if any, weight its
     advantages and mask its loss to some of its agents.
     """
-    stack = model if isinstance(model, SeedStack) else SeedStack([model])
-    seeds, router = stack.seeds, stack.template
+    if not isinstance(model, SeedStack):  # a router: a stack of one seed, its batch given the seed dim
+        model, batch = SeedStack([model]), batch.unsqueeze(0)
+        return ppo_update(model, step, batch, num_epochs=num_epochs, minibatch_size=minibatch_size,
+                          check_each_step=check_each_step, should_stop=should_stop, seq_len=seq_len,
+                          generator=generator, entropy_scale=entropy_scale, groups=groups, terms=terms)[0]  # fmt: skip
+    stack, seeds = model, model.seeds
+    router = stack.template
     generators = list(generator) if isinstance(generator, Sequence) else [generator]
     if len(generators) != seeds:
         raise ValueError(f"one generator per seed: {seeds} seed(s), {len(generators)} generator(s)")
@@ -121,17 +127,15 @@ def ppo_update(
     if recurrent:
         if seq_len is None:
             raise ValueError("the router has recurrent modules: ppo_update needs seq_len (model.seq_len)")
-        chunks = [sequence_chunks(selected if seeds == 1 else selected[s], seq_len) for s in range(seeds)]
-        flat = chunks[0] if seeds == 1 else torch.stack(chunks)
+        flat = torch.stack([sequence_chunks(selected[s], seq_len) for s in range(seeds)])
         minibatch_size = max(minibatch_size // seq_len, 1)
     else:
-        flat = selected.reshape(-1) if seeds == 1 else selected.reshape(seeds, -1)
-    n = flat.shape[0 if seeds == 1 else 1]  # samples (steps, or chunks of seq_len steps) per seed
+        flat = selected.reshape(seeds, -1)
+    n = flat.shape[1]  # samples (steps, or chunks of seq_len steps) per seed
     n_minibatches = max(n // minibatch_size, 1)
     mode = (lambda: set_recurrent_mode(True)) if recurrent else contextlib.nullcontext
-    # on an accelerator, reading the loss each step would make the host wait for the device every
-    # minibatch: check once per epoch there (a non-finite epoch is never checkpointed either way);
-    # with S seeds the step reads each seed's loss on the host anyway (which seeds go on)
+    # on an accelerator, reading whether a seed is alive each step would make the host wait for the
+    # device every minibatch: check once per epoch there (a non-finite epoch is never checkpointed)
     if check_each_step is None:
         check_each_step = all(p.device.type == "cpu" for p in step.params)
     rows = torch.arange(seeds, device=flat.device).unsqueeze(1)
@@ -144,21 +148,17 @@ def ppo_update(
         for i in range(n_minibatches):
             index = perms[:, i * minibatch_size : (i + 1) * minibatch_size]
             with mode():
-                losses = stack(flat[index[0]] if seeds == 1 else flat[rows, index], scale, groups)
+                losses = stack(flat[rows, index], scale, groups)
             stats = step(losses if terms is None else terms(losses))
-            if seeds > 1 and not bool(step.alive.any()):
-                raise TrainingError("; ".join(step.failures.values()))
-            if seeds == 1 and check_each_step and not torch.isfinite(stats["loss"]):
-                raise TrainingError(_non_finite_message(losses))
-            if should_stop is not None and should_stop():
-                raise StopRequested
             losses.set("loss", stats["loss"])
             losses.set("grad_norm", stats["grad_norm"])
             logged.append(losses.detach())  # detached: a kept loss keeps its step's autograd graph
-        if seeds == 1 and not check_each_step:
-            finite = torch.isfinite(torch.stack([losses.get("loss") for losses in logged]))
-            if not finite.all():
-                raise TrainingError(_non_finite_message(logged[int((~finite).nonzero()[0])]))
+            if check_each_step:
+                _check_alive(step, logged[-1:])
+            if should_stop is not None and should_stop():
+                raise StopRequested
+        if not check_each_step:
+            _check_alive(step, logged)
         # Summed once per epoch: one tensordict op per epoch instead of per minibatch, and no
         # thousands of small tensors kept across the update, which pinned the freed activation
         # memory in the allocator's heap (peak RSS 4.7 GB instead of 0.9 GB at minibatch 4096).
@@ -170,6 +170,15 @@ def ppo_update(
     return total.apply(lambda v: v / count)
 
 
+def _check_alive(step: AggregatedStep, logged: Sequence[TensorDictBase]) -> None:
+    """One host read: the run fails (:class:`TrainingError`) when no seed is alive, naming the first
+    non-finite loss terms of ``logged``."""
+    if bool(step.alive.any()):
+        return
+    bad = next((losses for losses in logged if not torch.isfinite(losses.get("loss")).all()), logged[-1])
+    raise TrainingError(_non_finite_message(bad))
+
+
 def _order(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
     """A minibatch order, drawn on the generator's device (the global RNG's: ``device``), moved to ``device``."""
     if generator is None:
@@ -178,11 +187,12 @@ def _order(n: int, generator: torch.Generator | None, device: torch.device) -> t
 
 
 def _non_finite_message(losses: TensorDictBase) -> str:
+    """The non-finite ``loss_*`` terms of ``losses`` ``[S]``, each with its first non-finite value."""
     bad = [
-        f"{g}/{k}={v.item()}"
+        f"{g}/{k}={v[~torch.isfinite(v)][0].item()}"
         for g, group_losses in losses.items()
         if is_tensor_collection(group_losses)  # the per-group entries, not the logged total
         for k, v in group_losses.items()
-        if k.startswith("loss_") and not torch.isfinite(v)
+        if k.startswith("loss_") and not torch.isfinite(v).all()
     ]
     return f"non-finite loss: {', '.join(bad) or 'aggregate'}; stopping (the last good checkpoint is kept)"

@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-__all__ = ["OUR_EXTRAS", "PettingZooEnv", "pettingzoo_envs"]
+from marl_ppo.envs.families import extra_for
 
-# the packages of env families that an extra of marl_ppo installs (pyproject.toml): named for them, not PettingZoo's
-OUR_EXTRAS = {"magent2": "magent2", "pymunk": "butterfly"}
+__all__ = ["PettingZooEnv", "pettingzoo_envs"]
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,12 @@ class PettingZooEnv:
 
     @property
     def install(self) -> str:
-        """How to install what it misses: marl_ppo's extra where one installs the package (as ``train`` says),
-        else PettingZoo's own extra for the family."""
-        top = (self.missing or "").partition(".")[0]
-        if top in OUR_EXTRAS:
-            return f"pip install 'marl-ppo[{OUR_EXTRAS[top]}]'"
+        """How to install what it misses: marl_ppo's extra where one installs the package (a family's line in
+        :data:`~marl_ppo.envs.families.FAMILIES` says which, as ``train`` does), else PettingZoo's own extra
+        for the family."""
+        extra = extra_for((self.missing or "").partition(".")[0])
+        if extra is not None:
+            return f"pip install 'marl-ppo[{extra}]'"
         return f"pip install 'pettingzoo[{self.family}]'"
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torchrl.envs import EnvBase
 
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.groups.specs import GroupSpecError, read_group_specs
 from marl_ppo.options import ConfigError
@@ -209,8 +210,9 @@ def recorded_env(cfg: EnvConfig, env_fn: EnvFactory | None) -> EnvConfig:
     that was already ``custom``. A factory that cannot be named (a lambda, a notebook's function) is
     recorded as ``null`` with a warning: ``load_policy(run, env_fn=...)`` then needs it again. Any
     other env section comes back as it is."""
+    takes_factory = env_kind(cfg.kind).takes_factory
     if env_fn is None:
-        if cfg.kind == "custom" and cfg.factory:
+        if takes_factory and cfg.factory:
             return dataclasses.replace(cfg, factory=absolute_factory(cfg.factory))
         return cfg
     path = factory_path(env_fn)
@@ -222,5 +224,5 @@ def recorded_env(cfg: EnvConfig, env_fn: EnvFactory | None) -> EnvConfig:
             stacklevel=4,
         )
     # kwargs belong to the env: a config for another kind (the defaults' VMAS navigation) gives none
-    kwargs = cfg.kwargs if cfg.kind == "custom" else {}
+    kwargs = cfg.kwargs if takes_factory else {}
     return dataclasses.replace(cfg, kind="custom", factory=path, kwargs=kwargs)

@@ -2,8 +2,9 @@
 
 An env kind says how to build a torchrl multi-agent env from an
 :class:`~marl_ppo.envs.options.EnvConfig` and what the rest of the package may do with it; nothing
-outside ``envs/`` branches on a kind's name. Adding a kind is one file with its ``make`` function
-and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
+outside its line branches on a kind's name. Adding a kind is one file with its ``make`` function
+and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`, a
+:class:`~marl_ppo.table.Table`):
 
 * ``make`` names a function ``(cfg, *, seed, num_envs, device) -> EnvBase``
   (``"module:function"``, imported on first use so the options load no torch, or the function);
@@ -11,62 +12,72 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`):
   taking ``num_envs``); otherwise the copies are separate games (PettingZoo), so an evaluation runs
   at most ``env.num_envs`` of them at once;
 * ``renders``: its envs draw frames (``log.video``, ``marl-ppo eval --video``): ``env.render(mode="rgb_array",
-  env_index=i)`` gives copy ``i``'s frame; ``render_kwargs`` go into ``env.kwargs`` of the evaluation
-  envs that record one (:meth:`EnvKind.for_video`);
+  env_index=i)`` gives copy ``i``'s frame (a bool, or a function of the env config: PettingZoo asks the
+  game's family); ``render_kwargs`` go into ``env.kwargs`` of the evaluation envs that record one
+  (:meth:`EnvKind.for_video`);
 * ``gives_state``: ``env.state=true`` is allowed: its envs put the global state at the root entry
   ``state`` (MaMuJoCo builds it; a custom env must give it itself);
 * ``own_time_limit``: the env applies ``env.time_limit`` itself (VMAS); otherwise ``make_env``
   folds reported truncations into terminations where ``time_limit=terminate`` asks;
 * ``seeds_in_one_env``: ``train.seeds`` may run every seed's copies in one env of ``S x num_envs``;
+* ``bounded``: ``env.max_steps`` caps the episodes (a bool, or a function of the env config: PettingZoo
+  asks the game's family, :mod:`~marl_ppo.envs.families`);
 * ``raw_observations``: ``"module:function"`` giving each group's observation as the env gives it
-  before flattening (scripted players read it), or ``None`` (the flat observation).
+  before flattening (scripted players read it), or ``None`` (the flat observation);
+* which of the env options beyond the common ones it reads: ``takes_factory`` (``env.factory`` names
+  the env, ``env.kwargs`` go to it, ``env.scenario`` is unused), ``reads_image`` (``env.image``),
+  ``comm_and_multidiscrete`` (``env.comm``, ``env.multidiscrete_actions``), and ``cpu_only``
+  (``env.device`` must be ``cpu``).
 
 >>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
 (True, False)
 >>> env_kind("gym")
 Traceback (most recent call last):
 ...
-ValueError: unknown env kind 'gym'; registered kinds: ['custom', 'mamujoco', 'pettingzoo', 'vmas']
+ValueError: unknown env kind 'gym'; registered: ['custom', 'mamujoco', 'pettingzoo', 'vmas']
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EnvKind", "ENV_KINDS", "env_kind", "register_env_kind", "video_refusal"]
+import marl_ppo.envs.families as families
+from marl_ppo.table import Table, resolve
+
+__all__ = ["EnvKind", "ENV_KINDS", "env_kind", "register_env_kind", "kinds_that", "video_refusal"]
 
 
-def _resolve(target: str | Callable) -> Callable:
-    if callable(target):
-        return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+def _fact(value: bool | str | Callable[..., bool], cfg) -> bool:
+    return value if isinstance(value, bool) else bool(resolve(value)(cfg))
 
 
 @dataclass(frozen=True)
 class EnvKind:
     """One env kind (see the module docstring). ``make`` and ``raw_observations`` are ``"module:function"``
-    or the function itself; ``bounded`` says whether ``env.max_steps`` caps the episodes (a bool, or a
-    ``"module:function"`` of the env config)."""
+    or the function itself; ``renders`` and ``bounded`` a bool, or a ``"module:function"`` (or function)
+    of the env config."""
 
     name: str
     make: str | Callable[..., Any]
     vectorised: bool = True
-    renders: bool = False
+    renders: bool | str | Callable[..., bool] = False
     render_kwargs: tuple[tuple[str, Any], ...] = ()
     gives_state: bool = False
     own_time_limit: bool = False
     seeds_in_one_env: bool = True
     bounded: bool | str | Callable[..., bool] = True
     raw_observations: str | Callable[..., Any] | None = None
+    takes_factory: bool = False
+    reads_image: bool = False
+    comm_and_multidiscrete: bool = False
+    cpu_only: bool = False
 
     def build(self, cfg, *, seed: int, num_envs: int, device=None):
         """The kind's env for ``cfg`` (what ``make_env`` wraps with episode returns and the time limit)."""
-        return _resolve(self.make)(cfg, seed=seed, num_envs=num_envs, device=device)
+        return resolve(self.make)(cfg, seed=seed, num_envs=num_envs, device=device)
 
     def for_video(self, cfg):
         """``cfg`` (an env config) with the kind's ``render_kwargs`` in its ``kwargs``: the envs an evaluation
@@ -77,63 +88,82 @@ class EnvKind:
 
     def bounds_episodes(self, cfg) -> bool:
         """Whether ``cfg.max_steps`` caps this env's episodes (else it only caps the evaluation's rollout)."""
-        return self.bounded if isinstance(self.bounded, bool) else bool(_resolve(self.bounded)(cfg))
+        return _fact(self.bounded, cfg)
+
+    def draws_frames(self, cfg) -> bool:
+        """Whether the envs of ``cfg`` draw video frames."""
+        return _fact(self.renders, cfg)
 
     def raw_observation_specs(self, cfg) -> dict[str, Any] | None:
         """Each group's observation spec as the env gives it before flattening, or ``None`` (as trained on)."""
-        return None if self.raw_observations is None else _resolve(self.raw_observations)(cfg)
+        return None if self.raw_observations is None else resolve(self.raw_observations)(cfg)
 
 
-def _mpe_task(cfg) -> bool:
-    return cfg.scenario.startswith("simple")
+ENV_KINDS: Table[EnvKind] = Table(
+    "env kind",
+    [
+        EnvKind("vmas", "marl_ppo.envs.vmas:make_vmas", renders=True, own_time_limit=True, comm_and_multidiscrete=True),
+        EnvKind(
+            "pettingzoo",
+            "marl_ppo.envs.pettingzoo:make_pettingzoo",
+            vectorised=False,
+            # copies stepped in one loop or in a SerialEnv: render(env_index=i) draws copy i, where the family draws
+            renders=families.renders,
+            render_kwargs=(("render_mode", "rgb_array"),),
+            bounded=families.bounds_episodes,  # MPE tasks end at max_cycles; classic games end on their own
+            raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
+            reads_image=True,
+            cpu_only=True,
+        ),
+        EnvKind(
+            "mamujoco",
+            "marl_ppo.envs.mamujoco:make_mamujoco",
+            vectorised=False,
+            renders=True,  # offscreen through OpenGL (MUJOCO_GL, EGL by default): envs/mamujoco.py
+            render_kwargs=(("render_mode", "rgb_array"),),
+            gives_state=True,
+            cpu_only=True,
+        ),
+        # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
+        EnvKind(
+            "custom",
+            "marl_ppo.envs.custom:make_custom",
+            seeds_in_one_env=False,
+            gives_state=True,
+            takes_factory=True,
+        ),
+    ],
+)
 
 
-ENV_KINDS: dict[str, EnvKind] = {
-    "vmas": EnvKind("vmas", "marl_ppo.envs.vmas:make_vmas", renders=True, own_time_limit=True),
-    "pettingzoo": EnvKind(
-        "pettingzoo",
-        "marl_ppo.envs.pettingzoo:make_pettingzoo",
-        vectorised=False,
-        renders=True,  # copies stepped in one loop or in a SerialEnv: render(env_index=i) draws copy i
-        render_kwargs=(("render_mode", "rgb_array"),),
-        bounded=_mpe_task,  # MPE tasks end at max_cycles; classic games end on their own
-        raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
-    ),
-    "mamujoco": EnvKind(
-        "mamujoco",
-        "marl_ppo.envs.mamujoco:make_mamujoco",
-        vectorised=False,
-        renders=True,  # offscreen through OpenGL (MUJOCO_GL, EGL by default): envs/mamujoco.py
-        render_kwargs=(("render_mode", "rgb_array"),),
-        gives_state=True,
-    ),
-    # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
-    "custom": EnvKind("custom", "marl_ppo.envs.custom:make_custom", seeds_in_one_env=False, gives_state=True),
-}
+def kinds_that(fact: str) -> list[str]:
+    """The names of the kinds whose ``fact`` is set (for messages: ``env.state=true`` needs one of them).
+
+    >>> kinds_that("gives_state")
+    ['mamujoco', 'custom']
+    """
+    return [k.name for k in ENV_KINDS if getattr(k, fact)]
 
 
 def video_refusal(cfg) -> str | None:
     """Why the envs of ``cfg`` (an env config) cannot record a video, or ``None``."""
-    if not env_kind(cfg.kind).renders:
-        kinds = [k.name for k in ENV_KINDS.values() if k.renders]
-        return f"env.kind={cfg.kind!r} does not render (kinds that do: {kinds})"
+    kind = env_kind(cfg.kind)
+    if not kind.renders:
+        return f"env.kind={cfg.kind!r} does not render (kinds that do: {kinds_that('renders')})"
+    if not kind.draws_frames(cfg):
+        return f"env.scenario={cfg.scenario!r} draws no frames (env.kind={cfg.kind!r})"
     if cfg.parallel:
         return "env.parallel=true runs the copies in worker processes, which draw no frame here; use env.parallel=false"
     return None
 
 
 def env_kind(name: str) -> EnvKind:
-    """The registered kind ``name``; a ``ValueError`` listing the kinds for any other."""
-    try:
-        return ENV_KINDS[name]
-    except KeyError:
-        raise ValueError(f"unknown env kind {name!r}; registered kinds: {sorted(ENV_KINDS)}") from None
+    """The registered kind ``name``; a ``ValueError`` naming the closest kinds and every registered one for
+    any other."""
+    return ENV_KINDS.lookup(name)
 
 
 def register_env_kind(kind: EnvKind) -> EnvKind:
     """Adds ``kind`` to the table (``env.kind=<kind.name>`` then builds it); returns it. A name already
     taken is refused: replace a kind by editing its line, not by shadowing it."""
-    if kind.name in ENV_KINDS and ENV_KINDS[kind.name] != kind:
-        raise ValueError(f"env kind {kind.name!r} is registered already ({ENV_KINDS[kind.name]})")
-    ENV_KINDS[kind.name] = kind
-    return kind
+    return ENV_KINDS.register(kind)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from marl_ppo.envs.kinds import ENV_KINDS, env_kind
+from marl_ppo.envs.kinds import ENV_KINDS, env_kind, kinds_that
 from marl_ppo.options import ConfigError, at_least, choice
 
 __all__ = ["EnvConfig", "ImageOptions"]
@@ -128,12 +128,13 @@ class EnvConfig:
     def task_name(self) -> str:
         """The task's short name, for a run's default name: the scenario's (an import path or registry id:
         its last part), or a custom factory's."""
-        if self.kind == "custom":
-            return (self.factory or "custom").rpartition(":")[2].rpartition(".")[2]
+        if env_kind(self.kind).takes_factory:
+            return (self.factory or self.kind).rpartition(":")[2].rpartition(".")[2]
         return self.scenario.rpartition(".")[2].rpartition("/")[2]
 
     def __post_init__(self) -> None:
-        choice("env.kind", self.kind, tuple(ENV_KINDS))
+        choice("env.kind", self.kind, tuple(ENV_KINDS.names()))
+        kind = env_kind(self.kind)
         glued = [k for k, v in self.kwargs.items() if v is None and ":" in str(k)]
         if glued:  # YAML reads {horizon:10} as the key "horizon:10" with no value
             key = glued[0]
@@ -142,32 +143,36 @@ class EnvConfig:
                 f"env.kwargs has the key {key!r} with no value: YAML needs a space after the colon "
                 f"({{{name}: {value}}}, not {{{key}}})"
             )
-        if self.factory is not None and self.kind != "custom":
+        if self.factory is not None and not kind.takes_factory:
             raise ConfigError(
-                f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind=custom"
+                f"env.factory is set ({self.factory!r}) but env.kind is {self.kind!r}; set env.kind="
+                + " or env.kind=".join(kinds_that("takes_factory"))
             )
-        if self.state and not env_kind(self.kind).gives_state:
-            kinds = [k.name for k in ENV_KINDS.values() if k.gives_state]
+        if self.state and not kind.gives_state:
+            kinds = kinds_that("gives_state")
             raise ConfigError(f"env.state=true: env.kind={self.kind!r} gives no global state (kinds that do: {kinds})")
-        if self.kind != "pettingzoo" and self.image != ImageOptions():
+        if not kind.reads_image and self.image != ImageOptions():
             raise ConfigError(
-                f"env.image is read by env.kind=pettingzoo (its image observations); env.kind is {self.kind!r}"
+                "env.image is read by env.kind="
+                + " or env.kind=".join(kinds_that("reads_image"))
+                + f" (its image observations); env.kind is {self.kind!r}"
             )
         at_least("env.num_envs", self.num_envs, 1)
         at_least("env.max_steps", self.max_steps, 1)
         choice("env.time_limit", self.time_limit, ("truncate", "terminate"))
-        if self.kind == "vmas":
+        if kind.comm_and_multidiscrete:
             if self.multidiscrete_actions and self.continuous_actions:
                 raise ConfigError(
                     "env.multidiscrete_actions=true needs discrete actions, but env.continuous_actions=true; "
                     "set env.continuous_actions=false or env.multidiscrete_actions=false"
                 )
         else:
-            vmas_only = {"env.comm": self.comm, "env.multidiscrete_actions": self.multidiscrete_actions}
-            for name, value in vmas_only.items():
+            options = {"env.comm": self.comm, "env.multidiscrete_actions": self.multidiscrete_actions}
+            for name, value in options.items():
                 if value:
-                    raise ConfigError(f"{name}=true is a VMAS option; env.kind is {self.kind!r}")
-            if self.kind in ("pettingzoo", "mamujoco") and self.device != "cpu":
-                raise ConfigError(
-                    f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu"
-                )
+                    where = " or env.kind=".join(kinds_that("comm_and_multidiscrete"))
+                    raise ConfigError(
+                        f"{name}=true is a VMAS option, read by env.kind={where}; env.kind is {self.kind!r}"
+                    )
+        if kind.cpu_only and self.device != "cpu":
+            raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")

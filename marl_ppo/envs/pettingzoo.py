@@ -1,11 +1,14 @@
 """PettingZoo adapter: ``env.kind=pettingzoo``, any PettingZoo env, as copies in a batched env.
 
-``env.scenario`` is either a short name or an import path:
+``env.scenario`` is either a short name, a registry id or an import path; which game family it
+belongs to, and what that family needs, is read from the family's line in
+:data:`~marl_ppo.envs.families.FAMILIES`:
 
 * MPE tasks (``simple_spread_v3``, from ``mpe2``, parallel API);
 * classic turn-based games (``tictactoe_v3``, ``connect_four_v3``, from ``pettingzoo.classic``,
-  AEC API): each player is its own group by default; ``env.kwargs.group_map: all_in_one_group``
-  puts both players in one group ``agents`` with one shared policy (self-play);
+  AEC API): each player is its own group by default (a turn-based family's seats are rivals);
+  ``env.kwargs.group_map: all_in_one_group`` puts both players in one group ``agents`` with one
+  shared policy (self-play);
 * a PettingZoo registry id (``butterfly/knights_archers_zombies-v11``, ``sisl/pursuit-v5``; parallel
   API where the registry has it), with the same options as an import path below;
 * an import path to any module with ``parallel_env`` (preferred) or ``env`` (AEC):
@@ -42,7 +45,6 @@ import difflib
 import functools
 import importlib
 import pkgutil
-import re
 import warnings
 from collections.abc import Iterator
 from functools import partial
@@ -50,7 +52,15 @@ from typing import Any, Callable
 
 from torchrl.envs import Compose, EnvBase, ParallelEnv, TransformedEnv
 
-from marl_ppo.envs.catalog import OUR_EXTRAS as _EXTRAS
+from marl_ppo.envs.families import (
+    GameFamily,
+    classic_tasks,
+    extra_for,
+    locate,
+    mpe_tasks,
+    pettingzoo_tasks,
+    short_names,
+)
 from marl_ppo.envs.images import observation_transforms
 from marl_ppo.envs.one_loop import in_one_loop
 from marl_ppo.envs.options import EnvConfig, ImageOptions
@@ -59,45 +69,20 @@ from marl_ppo.envs.serial import SerialEnvKeepingThreads
 from marl_ppo.envs.vmas import unknown_name
 from marl_ppo.envs.workers import workers_ignore_stop_signals
 from marl_ppo.options import ConfigError
+from marl_ppo.table import resolve
 
-__all__ = ["make_pettingzoo", "mpe_tasks", "classic_tasks", "pettingzoo_tasks", "raw_observation_specs", "wrap_game"]
+__all__ = [
+    "make_pettingzoo",
+    "make_mpe_game",
+    "make_classic_game",
+    "mpe_tasks",
+    "classic_tasks",
+    "pettingzoo_tasks",
+    "raw_observation_specs",
+    "wrap_game",
+]
 
 _GROUP_MAPS = ("one_group_per_agent", "all_in_one_group")
-# Families whose games draw their observation only when they render: pistonball and cooperative pong leave the
-# screen they observe undrawn without a render mode (every frame the first; knights-archers-zombies draws its own
-# either way). Each copy, for training, evaluation and video alike, is built with these unless env.kwargs sets them.
-_DRAWS_OBSERVATION = {"butterfly": {"render_mode": "rgb_array"}}
-
-
-def mpe_tasks() -> list[str]:
-    """PettingZoo MPE tasks from ``mpe2`` (e.g. ``simple_spread_v3``)."""
-    import mpe2
-
-    return sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__) if m.name.startswith("simple"))
-
-
-def classic_tasks() -> list[str]:
-    """PettingZoo classic (turn-based) games, e.g. ``tictactoe_v3``, ``connect_four_v3``.
-
-    Named like the MPE tasks (``<name>_v<version>``), read from PettingZoo's registry
-    (``classic/tictactoe-v3``). Lists every classic game, including those that need a package
-    marl_ppo does not install (``chess_v6``: chess; the poker games: rlcard; ``hanabi_v5``:
-    open_spiel); building one of those fails with a :class:`ConfigError` naming what is missing.
-    ``tictactoe_v3``, ``connect_four_v3``, ``go_v5`` and ``rps_v2`` need nothing more.
-    """
-    import pettingzoo
-
-    return sorted(
-        f"{spec.name}_v{spec.version}" for spec in pettingzoo.aec_registry.values() if spec.namespace == "classic"
-    )
-
-
-def pettingzoo_tasks() -> list[str]:
-    """The short names ``env.kind=pettingzoo`` accepts: :func:`mpe_tasks` and :func:`classic_tasks`.
-
-    Any other PettingZoo env is given by import path (``pettingzoo.sisl.pursuit_v5``).
-    """
-    return mpe_tasks() + classic_tasks()
 
 
 def make_pettingzoo(cfg: EnvConfig, *, seed: int, num_envs: int, device=None, lean: bool = True) -> EnvBase:
@@ -139,39 +124,48 @@ def raw_observation_specs(cfg: EnvConfig) -> dict[str, Any]:
 
 def copy_factory(cfg: EnvConfig) -> Callable[[int], EnvBase]:
     """``make(seed) -> EnvBase``: one wrapped copy of the env, checked where it can be here."""
+    game = locate(cfg.scenario)
+    family = game.family
     kwargs = {**observation_kwargs(cfg.scenario), **cfg.kwargs}
-    # a classic game's seats are rivals (rewards that sum to a constant): each its own group by default, so
-    # that each player's return is logged (one group of both players would log their zero-sum mean)
-    seats = "one_group_per_agent" if cfg.scenario.startswith(("classic/", "pettingzoo.classic.")) else None
-    if "/" in cfg.scenario:
-        group_map_name = _pop_group_map(kwargs, default=seats)
+    if game.form == "short":
+        if family.make is None or cfg.scenario not in family.list_games():
+            listing = short_names()
+            known = [name for names in listing.values() for name in names]
+            err = unknown_name("PettingZoo task", cfg.scenario, known, listing)
+            raise ConfigError(f"{err}; any other PettingZoo env by import path, e.g. pettingzoo.sisl.pursuit_v5")
+        return resolve(family.make)(family, cfg.scenario, cfg, kwargs)
+    group_map_name = _pop_group_map(kwargs, default=family.group_map)
+    if game.form == "registry":
         _registry_spec(cfg.scenario)
         return partial(_registry_env, cfg.scenario, group_map_name, cfg.max_steps, kwargs, cfg.image)
-    if "." in cfg.scenario:
-        group_map_name = _pop_group_map(kwargs, default=seats)
-        module = _import_env_module(cfg.scenario)
-        return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs, cfg.image)
-    if cfg.scenario in mpe_tasks():
-        # torchrl's PettingZooEnv(task=...) imports the removed pettingzoo.mpe: build the mpe2 env ourselves.
-        return partial(_mpe_env, cfg.scenario, cfg.max_steps, cfg.continuous_actions, kwargs)
-    if cfg.scenario in classic_tasks():
-        group_map_name = _pop_group_map(kwargs, default="one_group_per_agent")
-        _check_classic_imports(cfg.scenario)
-        return partial(_classic_env, cfg.scenario, group_map_name, kwargs, cfg.image)
-    mpe, classic = mpe_tasks(), classic_tasks()
-    err = unknown_name("PettingZoo task", cfg.scenario, mpe + classic, {"MPE": mpe, "classic": classic})
-    raise ConfigError(f"{err}; any other PettingZoo env by import path, e.g. pettingzoo.sisl.pursuit_v5")
+    module = _import_env_module(cfg.scenario)
+    return partial(_module_env, module.__name__, group_map_name, cfg.max_steps, kwargs, cfg.image)
+
+
+def make_mpe_game(family: GameFamily, task: str, cfg: EnvConfig, kwargs: dict[str, Any]) -> Callable[[int], EnvBase]:
+    """One copy of an MPE task, a module of ``family.package`` (``mpe2``) built here: torchrl's
+    ``PettingZooEnv(task=...)`` imports the removed ``pettingzoo.mpe``. ``env.max_steps`` is its ``max_cycles``."""
+    return partial(_mpe_env, f"{family.package}.{task}", task, cfg.max_steps, cfg.continuous_actions, kwargs)
+
+
+def make_classic_game(
+    family: GameFamily, task: str, cfg: EnvConfig, kwargs: dict[str, Any]
+) -> Callable[[int], EnvBase]:
+    """One copy of a classic game, ``pettingzoo.make("aec", <registry id>)``, its module imported here first."""
+    group_map_name = _pop_group_map(kwargs, default=family.group_map)
+    env_id = family.registry_id(task)
+    _check_classic_imports(task, env_id)
+    return partial(_classic_env, task, env_id, group_map_name, kwargs, cfg.image)
 
 
 def observation_kwargs(scenario: str) -> dict[str, Any]:
-    """What the game ``scenario`` needs in its constructor to produce its observation (a butterfly game:
-    ``render_mode="rgb_array"``), or ``{}``.
+    """What the game ``scenario`` needs in its constructor to produce its observation (its family's
+    ``draws_observation``: a butterfly game's ``render_mode="rgb_array"``), or ``{}``.
 
     >>> observation_kwargs("pettingzoo.butterfly.pistonball_v6"), observation_kwargs("simple_spread_v3")
     ({'render_mode': 'rgb_array'}, {})
     """
-    family = re.match(r"(?:pettingzoo\.)?(\w+)[./]", scenario)
-    return dict(_DRAWS_OBSERVATION.get(family.group(1), {})) if family else {}
+    return dict(locate(scenario).family.draws_observation)
 
 
 def _pop_group_map(kwargs: dict[str, Any], default: str | None) -> str | None:
@@ -237,8 +231,8 @@ def wrap_game(
     return TransformedEnv(env, transforms[0] if len(transforms) == 1 else Compose(*transforms))
 
 
-def _mpe_env(task: str, max_steps: int, continuous: bool, kwargs: dict, seed: int) -> EnvBase:
-    module = importlib.import_module(f"mpe2.{task}")
+def _mpe_env(path: str, task: str, max_steps: int, continuous: bool, kwargs: dict, seed: int) -> EnvBase:
+    module = importlib.import_module(path)
     check_kwargs(task, getattr(module, "raw_env", None), kwargs)
     with _quiet_version_notice():
         return _wrapper_class(seeds_in_31_bits=False)(
@@ -257,12 +251,6 @@ def _quiet_version_notice() -> Iterator[None]:
         yield
 
 
-def _classic_id(task: str) -> str:
-    """``tictactoe_v3`` -> PettingZoo's registry id ``classic/tictactoe-v3``."""
-    name, _, version = task.rpartition("_v")
-    return f"classic/{name}-v{version}"
-
-
 def _missing_dependency(task: str, err: BaseException) -> ConfigError:
     return ConfigError(
         f"PettingZoo classic task {task!r} needs a package that is not installed ({err}); "
@@ -270,24 +258,24 @@ def _missing_dependency(task: str, err: BaseException) -> ConfigError:
     )
 
 
-def _check_classic_imports(task: str) -> None:
+def _check_classic_imports(task: str, env_id: str) -> None:
     """Imports the game's module, so that a missing dependency fails here and not in a worker."""
     import pettingzoo
 
-    module = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
+    module = pettingzoo.aec_registry[env_id].entry_point.partition(":")[0]
     try:
         importlib.import_module(module)
     except ImportError as err:
         raise _missing_dependency(task, err) from err
 
 
-def _classic_env(task: str, group_map_name: str, kwargs: dict, image: ImageOptions, seed: int) -> EnvBase:
+def _classic_env(task: str, env_id: str, group_map_name: str, kwargs: dict, image: ImageOptions, seed: int) -> EnvBase:
     """One classic game, AEC API, wrapped so that non-acting agents are masked out."""
     import pettingzoo
 
-    make = partial(pettingzoo.make, "aec", _classic_id(task))  # turn-based: no max_cycles/continuous_actions
+    make = partial(pettingzoo.make, "aec", env_id)  # turn-based: no max_cycles/continuous_actions
     try:
-        own = pettingzoo.aec_registry[_classic_id(task)].entry_point.partition(":")[0]
+        own = pettingzoo.aec_registry[env_id].entry_point.partition(":")[0]
         game = construct(make, kwargs, 0, False, f"PettingZoo classic task {task!r}", task, own)
     except ConfigError as err:
         if isinstance(err.__cause__, ImportError):  # e.g. hanabi_v5 imports, then asks for open_spiel
@@ -312,11 +300,15 @@ def _import_env_module(path: str):
             hint = f"; {parent} has {close}" if close else ""
         extra = ""
         top = (err.name or "").partition(".")[0]
-        if top in _EXTRAS:  # a family marl_ppo has an extra for
-            extra = f" ({top!r} is not installed: pip install 'marl-ppo[{_EXTRAS[top]}]')"
-        elif err.name != path and not path.startswith(f"{err.name}."):
-            family = path.split(".")[1] if path.startswith("pettingzoo.") and path.count(".") >= 2 else None
-            how = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides {err.name}"
+        if extra_for(top) is not None:  # a package a family needs, which an extra of marl_ppo installs
+            extra = f" ({top!r} is not installed: pip install 'marl-ppo[{extra_for(top)}]')"
+        elif err.name != path and not path.startswith(f"{err.name}."):  # the module is there; what it imports is not
+            namespace = locate(path).family.namespace  # also PettingZoo's extra for the family
+            how = (
+                f"pip install 'pettingzoo[{namespace}]'"
+                if namespace
+                else f"install the package that provides {err.name}"
+            )
             extra = f" (the module imports {err.name!r}, which is not installed: {how})"
         raise ConfigError(f"env.scenario {path!r}: cannot import {err.name!r}{extra}{hint}") from err
     except ImportError as err:

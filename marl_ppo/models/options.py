@@ -171,12 +171,12 @@ class ModelConfig:
 def _check_kind(where: str, kind: Any) -> None:
     """One registered kind, or a chain of distinct ones (``[cnn, gru]``)."""
     if isinstance(kind, str):
-        choice(where, kind, tuple(MODEL_KINDS))
+        choice(where, kind, tuple(MODEL_KINDS.names()))
         return
     if not isinstance(kind, (list, tuple)) or not kind or not all(isinstance(k, str) for k in kind):
         raise ConfigError(f"{where} must be a model kind or a list of them (a chain, e.g. [cnn, gru]), got {kind!r}")
     for k in kind:
-        choice(f"{where} (chain {list(kind)})", k, tuple(MODEL_KINDS))
+        choice(f"{where} (chain {list(kind)})", k, tuple(MODEL_KINDS.names()))
     if len(set(kind)) != len(kind):
         raise ConfigError(f"{where}: a chain holds each kind once, got {list(kind)}")
 
@@ -188,7 +188,7 @@ def _check_kind_options(where: str, options: Any) -> None:
             f"{where} must map a model kind to its options, e.g. {{gru: {{rnn_hidden: 64}}}}; got {options!r}"
         )
     for kind, given in options.items():
-        choice(f"{where} key", kind, tuple(MODEL_KINDS))
+        choice(f"{where} key", kind, tuple(MODEL_KINDS.names()))
         defaults = MODEL_KINDS[kind].options
         for name, value in given.items():
             if name not in defaults:

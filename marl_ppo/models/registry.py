@@ -1,4 +1,4 @@
-"""The model kinds: one registry line each, read by the builders, the options and the router.
+"""The model kinds: rows of one :class:`~marl_ppo.table.Table`, read by the builders, the options and the router.
 
 A kind is a *trunk*: what runs on a group's observations before the actor's heads or the critic's
 value layer. ``mlp`` has none (the agent MLP maps the observations to the heads' parameters or the
@@ -26,16 +26,23 @@ The contract, spec in and width out (BenchMARL's ``get_model(input_spec, output_
 * ``bundleable``: groups built on it can share one loss call (:mod:`~marl_ppo.core.bundles`),
   which rebuilds the actor around the group's bare agent MLP (only a kind without a trunk).
 
->>> [k for k in MODEL_KINDS][:5], MODEL_KINDS["gru"].recurrent, MODEL_KINDS["gru"].options
+>>> MODEL_KINDS.names()[:5], model_kind("gru").recurrent, model_kind("gru").options
 (['mlp', 'gru', 'lstm', 'cnn', 'deepsets'], True, {'rnn_hidden': 128})
+>>> is_recurrent(["cnn", "gru"]), kinds_of("mlp")
+(True, ['mlp'])
+>>> model_kind("gnu")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: unknown model kind 'gnu' (did you mean 'gru' or 'gnn'?); registered: ['cnn', 'deepsets', ...]
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from marl_ppo.table import Table, resolve
 
 __all__ = ["ModelKind", "Trunk", "MODEL_KINDS", "model_kind", "register_model_kind", "kinds_of", "is_recurrent"]
 
@@ -64,10 +71,7 @@ class ModelKind:
     def build_trunk(self, group, *, options: Mapping[str, Any] | None = None, **kwargs) -> Trunk:
         """This kind's :class:`Trunk` for ``group`` on its :attr:`~marl_ppo.groups.specs.GroupSpec.inputs`,
         with ``options`` over the kind's defaults."""
-        fn = self.trunk
-        if isinstance(fn, str):
-            module, _, name = fn.partition(":")
-            fn = getattr(importlib.import_module(module), name)
+        fn = resolve(self.trunk)
         trunk = fn(group, group.inputs, **self.trunk_kwargs, **kwargs, **{**self.options, **(options or {})})
         if not isinstance(trunk, Trunk):
             raise TypeError(f"model kind {self.name!r}: its trunk returned {type(trunk).__name__}, not a Trunk")
@@ -77,22 +81,23 @@ class ModelKind:
 _RNN = "marl_ppo.models.recurrent:recurrent_trunk"
 _GNN = {"topology": "full", "radius": 1.0, "position": None, "velocity": None, "layers": 1}
 _CNN = {"channels": [32, 32], "kernels": [3, 3], "strides": [1, 1], "paddings": [0, 0], "channel_order": "auto"}
-MODEL_KINDS: dict[str, ModelKind] = {
-    "mlp": ModelKind("mlp", trunk=None, bundleable=True),
-    "gru": ModelKind("gru", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "gru"}),
-    "lstm": ModelKind("lstm", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "lstm"}),
-    "cnn": ModelKind("cnn", "marl_ppo.models.cnn:cnn_trunk", options=_CNN),
-    "deepsets": ModelKind("deepsets", "marl_ppo.models.deepsets:deepsets_trunk", options={"phi": [64], "pool": "mean"}),
-    "gnn": ModelKind("gnn", "marl_ppo.models.gnn:gnn_trunk", options=_GNN),
-}
+MODEL_KINDS: Table[ModelKind] = Table(
+    "model kind",
+    [
+        ModelKind("mlp", trunk=None, bundleable=True),
+        ModelKind("gru", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "gru"}),
+        ModelKind("lstm", _RNN, recurrent=True, options={"rnn_hidden": 128}, trunk_kwargs={"kind": "lstm"}),
+        ModelKind("cnn", "marl_ppo.models.cnn:cnn_trunk", options=_CNN),
+        ModelKind("deepsets", "marl_ppo.models.deepsets:deepsets_trunk", options={"phi": [64], "pool": "mean"}),
+        ModelKind("gnn", "marl_ppo.models.gnn:gnn_trunk", options=_GNN),
+    ],
+)
 
 
 def model_kind(name: str) -> ModelKind:
-    """The registered kind ``name``; a ``ValueError`` listing the kinds for any other."""
-    try:
-        return MODEL_KINDS[name]
-    except KeyError:
-        raise ValueError(f"unknown model kind {name!r}; registered kinds: {sorted(MODEL_KINDS)}") from None
+    """The registered kind ``name``; a ``ValueError`` with the closest names and every registered one for
+    any other."""
+    return MODEL_KINDS.lookup(name)
 
 
 def kinds_of(kind: str | Sequence[str]) -> list[str]:
@@ -109,7 +114,4 @@ def is_recurrent(kind: str | Sequence[str]) -> bool:
 def register_model_kind(kind: ModelKind) -> ModelKind:
     """Adds ``kind`` to the table (``model.kind=<kind.name>`` then builds it); returns it. A name already
     taken by another kind is refused."""
-    if kind.name in MODEL_KINDS and MODEL_KINDS[kind.name] != kind:
-        raise ValueError(f"model kind {kind.name!r} is registered already ({MODEL_KINDS[kind.name]})")
-    MODEL_KINDS[kind.name] = kind
-    return kind
+    return MODEL_KINDS.register(kind)

@@ -1,90 +1,26 @@
-"""Opponent sources as the config names them: ``opponents: {group: SOURCE}`` (no torch here).
+"""The opponent options as the config names them: ``opponents: {group: SOURCE}`` and ``pool`` (no torch here).
 
-A group with a source acts but does not learn (``self`` excepted: it learns, with another seat's
-networks). The forms:
-
-* ``random``: uniform over the legal actions (the env's action mask where it gives one);
-* ``self`` or ``self:GROUP``: the group plays with the networks of a training group whose specs
-  are identical (by default the first such group), and its own steps train them too: symmetric
-  self-play, each seat on its own reward and done keys;
-* ``pool``: the group trains its own networks, but each env copy draws per episode whether it plays
-  them (the latest policy: those steps train) or a frozen snapshot of its own past policy
-  (:class:`PoolConfig`): the other groups face a pool of its past selves (simple_tag's ``agent``);
-* ``pool:GROUP``: as ``self:GROUP`` (the group plays with ``GROUP``'s networks), with the pool of
-  ``GROUP``'s snapshots: symmetric self-play against past selves (tic-tac-toe's ``player_2``);
-* ``checkpoint:RUN_DIR`` or ``checkpoint:RUN_DIR:GROUP``: the policy of another run's group (by
-  default the group of the same name), frozen, from that run's ``last.pt``;
-* ``package.module:callable`` or ``path/to/file.py:callable``: a scripted player,
-  ``act(observation, action_mask) -> action`` for one agent of one env (see ``docs/opponents.md``).
+A source's forms and what a run does with it are the lines of
+:data:`~marl_ppo.opponents.sources.SOURCES` (:func:`parse_source` reads them); :class:`PoolConfig`
+holds the snapshot pools' options, and :func:`sequential_refusal` says why a sequential update
+mode cannot train beside some sources.
 
 >>> parse_source("opponents.player_2", "checkpoint:runs/ttt:player_1")
 OpponentSource(kind='checkpoint', target='runs/ttt', group='player_1')
->>> parse_source("opponents.player_2", "randm")
-Traceback (most recent call last):
-...
-marl_ppo.options.ConfigError: opponents.player_2: unknown opponent source 'randm' (did you mean 'random'?); ...
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
+from marl_ppo.opponents.sources import OpponentSource, parse_source
 from marl_ppo.options import ConfigError, at_least
 
-__all__ = ["OpponentSource", "PoolConfig", "parse_source", "FORMS", "source_label", "sequential_refusal"]
+__all__ = ["OpponentSource", "PoolConfig", "parse_source", "source_label", "sequential_refusal"]
 
-FORMS = (
-    "random, self, self:GROUP, pool, pool:GROUP, checkpoint:RUN_DIR[:GROUP], package.module:callable or "
-    "path/to/file.py:callable"
-)
-_GROUP = re.compile(r"^[A-Za-z_][\w-]*$")
 SEATINGS = ("independent", "learner")
-
-
-@dataclass(frozen=True)
-class OpponentSource:
-    """One parsed source: ``kind`` and what it names (``target``: a run directory or a callable's path)."""
-
-    kind: Literal["random", "self", "pool", "checkpoint", "callable"]
-    target: str | None = None
-    group: str | None = None
-
-    @property
-    def learns(self) -> bool:
-        """Whether the group's steps train a network (``self``; ``pool`` in its episodes against the latest)."""
-        return self.kind in ("self", "pool")
-
-
-def parse_source(key: str, text: str) -> OpponentSource:
-    """Parses one source; a :class:`ConfigError` naming ``key``, the text and the forms otherwise."""
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{key} must be an opponent source ({FORMS}), got {text!r}")
-    text = text.strip()
-    if text == "random":
-        return OpponentSource("random")
-    kind, _, group = text.partition(":")
-    if kind in ("self", "pool") and (text == kind or group):
-        if group and not _GROUP.match(group):
-            raise ConfigError(f"{key}: '{kind}:GROUP' names a training group, got {text!r}")
-        return OpponentSource(kind, group=group or None)
-    if text.startswith("checkpoint:"):
-        rest = text.partition(":")[2]
-        run_dir, sep, group = rest.rpartition(":")
-        if not sep or not _GROUP.match(group) or "/" in group:
-            run_dir, group = rest, None
-        if not run_dir:
-            raise ConfigError(f"{key}: 'checkpoint:RUN_DIR[:GROUP]' needs a run directory, got {text!r}")
-        return OpponentSource("checkpoint", target=run_dir, group=group)
-    target, sep, name = text.rpartition(":")
-    if sep and target and name:
-        return OpponentSource("callable", target=text)
-    close = difflib.get_close_matches(text, ["random", "self", "pool", "checkpoint:"], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"{key}: unknown opponent source {text!r}{hint}; the sources are {FORMS}")
 
 
 @dataclass
@@ -139,7 +75,7 @@ class PoolConfig:
                 f"{self.latest_share!r} + {self.fixed_share!r}"
             )
         for i, text in enumerate(self.fixed):
-            if parse_source(f"pool.fixed[{i}]", text).learns:
+            if not parse_source(f"pool.fixed[{i}]", text).plays:
                 raise ConfigError(
                     f"pool.fixed[{i}]: {text!r} is not a fixed player; pool.fixed takes random, "
                     "module:callable or checkpoint:RUN_DIR[:GROUP]"
@@ -173,7 +109,8 @@ def sequential_refusal(opponents: Mapping[str, str], pool: PoolConfig) -> str | 
     "['player_2'] train another group's networks from their own loss (opponents.player_2=self): the shared ..."
     """
     sources = {g: parse_source(f"opponents.{g}", text) for g, text in opponents.items()}
-    selfs = [g for g, source in sources.items() if source.kind == "self"]
+    sharing = {g: source for g, source in sources.items() if source.shares_networks(g)}
+    selfs = [g for g, source in sharing.items() if not source.pool]
     if selfs:
         given = ", ".join(f"opponents.{g}={opponents[g]}" for g in selfs)
         return (
@@ -181,9 +118,7 @@ def sequential_refusal(opponents: Mapping[str, str], pool: PoolConfig) -> str | 
             "updated by two units' passes; use loss.algorithm=mappo, or pool:GROUP with pool.latest_share=0 "
             "(the seat then plays frozen snapshots only)"
         )
-    for g, source in sources.items():
-        if source.kind != "pool" or source.group in (None, g):
-            continue
+    for g, source in sharing.items():  # pool seats on another group's networks
         if pool.latest_share > 0:
             return (
                 f"opponents.{g}={opponents[g]} plays {source.group}'s latest policy in pool.latest_share="
@@ -192,7 +127,7 @@ def sequential_refusal(opponents: Mapping[str, str], pool: PoolConfig) -> str | 
                 "players only) or use loss.algorithm=mappo"
             )
         owner = sources.get(source.group)
-        if owner is not None and owner.kind == "pool":
+        if owner is not None and owner.pool:
             return (
                 f"opponents.{g}={opponents[g]} needs pool.latest_share=0, with which {source.group} "
                 f"(opponents.{source.group}={opponents[source.group]}) would never play its latest policy and "

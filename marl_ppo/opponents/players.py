@@ -32,6 +32,7 @@ from torch import nn
 from torchrl.data import OneHot
 
 from marl_ppo.groups.specs import GroupSpec
+from marl_ppo.opponents.sources import OpponentSource
 from marl_ppo.options import ConfigError
 
 __all__ = [
@@ -39,6 +40,10 @@ __all__ = [
     "ScriptedPlayer",
     "RawObservation",
     "OpponentError",
+    "PlayerContext",
+    "random_player",
+    "scripted_player",
+    "run_player",
     "opponent_policy",
 ]
 
@@ -193,3 +198,34 @@ def opponent_policy(policy: nn.Module, opponents: dict[str, nn.Module]) -> nn.Mo
     from tensordict.nn import TensorDictSequential
 
     return TensorDictSequential(policy, *opponents.values())
+
+
+@dataclass(frozen=True)
+class PlayerContext:
+    """What a source's ``player`` (its line in :data:`~marl_ppo.opponents.sources.SOURCES`) is made from: the
+    group it plays (``spec``), the key that names it in errors, the env's name (``scenario``), and what the run
+    lends: ``load_callable(target)`` (a ``module:callable``'s function), ``raw_observation()`` (how the env
+    gives the group's observation) and ``load_policy(source)`` (another run's policy, frozen, on this seat)."""
+
+    key: str
+    spec: GroupSpec
+    scenario: str
+    load_callable: Callable[[str], Callable[..., Any]]
+    raw_observation: Callable[[], RawObservation]
+    load_policy: Callable[[OpponentSource], nn.Module]
+
+
+def random_player(source: OpponentSource, context: PlayerContext) -> RandomPlayer:
+    """``random``'s player."""
+    return RandomPlayer(context.spec)
+
+
+def scripted_player(source: OpponentSource, context: PlayerContext) -> ScriptedPlayer:
+    """A ``module:callable``'s player: the callable, on the env's raw observation."""
+    act = context.load_callable(source.target)
+    return ScriptedPlayer(context.spec, act, source.target, context.raw_observation(), context.scenario)
+
+
+def run_player(source: OpponentSource, context: PlayerContext) -> nn.Module:
+    """``checkpoint:RUN_DIR[:GROUP]``'s player: that run's policy of the group, frozen."""
+    return context.load_policy(source)

@@ -1,7 +1,9 @@
 """The one place that turns a :class:`~marl_ppo.config.Config` into built parts, and back from a run.
 
-:func:`build` wires the env, the group specs, the bound reward table, the router and the aggregated
-step from a config (nothing is computed yet); :func:`load_policy` rebuilds a finished run's parts
+:func:`build` wires what a run of 1..S seeds does not change (a :class:`Program`: the env of every
+seed's copies, the group specs, the bound reward table, the template router, the policy, the
+opponents), :func:`train_state` what it does (the :class:`~marl_ppo.core.state.TrainState`: every
+seed's parameters, the optimizer, schedules, generators, counters); :func:`load_policy` rebuilds a finished run's parts
 from its ``config.yaml`` and a checkpoint. Below this module nothing reads the config: the layers
 under it take the plain arguments :func:`build` reads out of it.
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from marl_ppo.collect.collectors import BatchCollector, make_collector
 from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.router import GroupRouter
+from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory, make_env
 from marl_ppo.envs.custom import recorded_env
@@ -56,6 +59,8 @@ from marl_ppo.run.threads import auto_threads
 
 __all__ = [
     "Parts",
+    "Program",
+    "initial_router",
     "build",
     "build_opponent",
     "train_state",
@@ -72,22 +77,25 @@ WORKER_SEED_STRIDE = 10_007  # worker i's env seed: train.seed + i * stride (wor
 
 
 @dataclass
-class Parts:
-    """Everything a run needs, built and wired; nothing computed yet.
+class Program:
+    """What a run of 1..S seeds does not change, built and wired; nothing computed yet.
 
-    ``groups`` are every group of the env; the router trains those without an opponent source
-    (and the ``self`` ones); ``opponents`` act for the others; ``policy`` runs them all (collection
-    and evaluation).
+    ``env`` holds every seed's copies (``S x env.num_envs``); ``groups`` are every group of the env;
+    the template ``router`` trains those without an opponent source (and the ``self`` ones), with
+    the first seed's initial parameters (``router_of(s)``: a router with seed ``s``'s);
+    ``opponents`` act for the others; ``policy`` (the template's) runs them all (one seed's
+    collection, and every seed's evaluation).
     """
 
     env: EnvBase
     groups: dict[str, GroupSpec]
     reward_table: BoundRewardTable
     router: GroupRouter
-    step: AggregatedStep
     opponents: dict[str, Any] = field(default_factory=dict)
     pools: dict[str, PoolPlayer] = field(default_factory=dict)
     policy: Any = None
+    seeds: list[int] = field(default_factory=lambda: [0])
+    router_of: Callable[[int], GroupRouter] | None = None  # seed -> a router with that seed's initial parameters
 
     def __post_init__(self) -> None:
         if self.policy is None:
@@ -104,25 +112,38 @@ class Parts:
         return {k: v for pool in self.pools.values() for k, v in pool.after_update(iteration, batch).items()}
 
 
+Parts = Program  # the name the program had before its training state was split off
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
-def build(cfg: Config, *, env_fn: EnvFactory | None = None, players: Mapping[str, Callable] | None = None) -> Parts:
-    """Env, group specs, validated reward table, router and optimizer step from a config.
+def build(
+    cfg: Config,
+    seeds: Sequence[int] | None = None,
+    *,
+    env_fn: EnvFactory | None = None,
+    players: Mapping[str, Callable] | None = None,
+) -> Parts:
+    """Env, group specs, validated reward table and template router from a config, once for
+    S seeds (``seeds``, default ``[train.seed]``): one env of ``S x env.num_envs`` copies seeded with the
+    first seed, the router (seed ``seeds[0]``'s initial parameters; :func:`train_state` makes the others'
+    from their own seeds).
 
     ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`); ``players``
     (``{group: act}``) play those groups as scripted opponents instead of what ``opponents`` names.
     """
+    seeds = list(seeds or [cfg.train.seed])
     torch.set_num_threads(cfg.train.num_threads or auto_threads())  # 0: auto (marl_ppo/run/threads.py)
-    seed_everything(cfg.train.seed)
-    env = make_env(cfg.env, seed=cfg.train.seed, env_fn=env_fn)
+    seed_everything(seeds[0])
+    env = make_env(cfg.env, seed=seeds[0], env_fn=env_fn, num_envs=len(seeds) * cfg.env.num_envs)
     groups = read_group_specs(env)
     sources = opponent_sources(cfg.opponents, groups)
     frozen = [g for g, source in sources.items() if not source.learns]
-    pooled = [g for g, source in sources.items() if source.kind == "pool"]
+    pooled = [g for g, source in sources.items() if source.pool]
     # a pool seat's loss counts its steps against the latest policy only: its own training mask
     trained = {g: pool_seat(spec, cfg) if g in pooled else spec for g, spec in groups.items() if g not in frozen}
     table = (
@@ -134,6 +155,36 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None, players: Mapping[str
     if cfg.model.critic == "global" and any(s.keys.mask is not None for s in trained.values()):
         check_every_group_acts(env.reset(), trained)
     shared = {g: self_seat(g, s, trained, sources) for g, s in sources.items() if shares_networks(g, s)}
+    router = initial_router(cfg, trained, shared, seeds[0])
+    unknown = set(cfg.loss.group_weights) - set(trained)
+    if unknown:
+        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(trained)}")
+    players = checked_players(players or {}, frozen)
+    opponents = {
+        g: scripted_player(cfg, f"opponents.{g}", players[g], groups[g], env_fn)
+        if g in players
+        else build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn)
+        for g in frozen
+    }
+    pools = {
+        g: pool_player(
+            cfg, trained[g], router, groups[g].keys.mask, functools.partial(build_opponent, cfg, env_fn=env_fn)
+        )
+        for g in pooled
+    }
+    # pool.seating=learner: one seat on the latest policy per episode, the seats in the policy's order
+    seat_learners(cfg, {g: pools[g] for g in router.groups if g in pools}, shared)
+    router_of = functools.partial(initial_router, cfg, trained, shared)
+    parts = Parts(env, groups, bound, router, opponents, pools, seeds=seeds, router_of=router_of)
+    # recurrent models: is_init and their stored states; a pool's draws: is_init
+    prime_env(env, state_spec(parts.policy))
+    return parts
+
+
+def initial_router(cfg: Config, trained: Mapping[str, GroupSpec], shared: Mapping[str, str], seed: int) -> GroupRouter:
+    """The router of ``cfg`` for the ``trained`` groups, its initial parameters drawn right after
+    ``torch.manual_seed(seed)``: seed ``s`` starts from the same parameters alone or in a group."""
+    torch.manual_seed(seed)
     router = GroupRouter.from_specs(
         trained,
         shared=shared,
@@ -156,31 +207,7 @@ def build(cfg: Config, *, env_fn: EnvFactory | None = None, players: Mapping[str
         # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
         # collection is not compiled, only the update's loss computation
         router.compile(dynamic=False)
-    unknown = set(cfg.loss.group_weights) - set(trained)
-    if unknown:
-        raise KeyError(f"loss.group_weights names unknown group(s) {sorted(unknown)}; groups are {list(trained)}")
-    step = AggregatedStep(
-        router, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
-    )
-    players = checked_players(players or {}, frozen)
-    opponents = {
-        g: scripted_player(cfg, f"opponents.{g}", players[g], groups[g], env_fn)
-        if g in players
-        else build_opponent(cfg, f"opponents.{g}", sources[g], groups[g], env_fn=env_fn)
-        for g in frozen
-    }
-    pools = {
-        g: pool_player(
-            cfg, trained[g], router, groups[g].keys.mask, functools.partial(build_opponent, cfg, env_fn=env_fn)
-        )
-        for g in pooled
-    }
-    # pool.seating=learner: one seat on the latest policy per episode, the seats in the policy's order
-    seat_learners(cfg, {g: pools[g] for g in router.groups if g in pools}, shared)
-    parts = Parts(env, groups, bound, router, step, opponents, pools)
-    # recurrent models: is_init and their stored states; a pool's draws: is_init
-    prime_env(env, state_spec(parts.policy))
-    return parts
+    return router
 
 
 def build_opponent(cfg: Config, key: str, source: OpponentSource, spec: GroupSpec, *, env_fn: EnvFactory | None = None):
@@ -190,17 +217,33 @@ def build_opponent(cfg: Config, key: str, source: OpponentSource, spec: GroupSpe
 
 
 def train_state(cfg: Config, parts: Parts) -> TrainState:
-    """The run's :class:`~marl_ppo.core.state.TrainState` around ``parts``: its learning-rate schedule
-    (``train.lr_schedule``: constant, or linear to 0 over ``train.iterations``), the update's
-    ``torch.Generator`` on ``train.device`` seeded with ``train.seed``, and counters at 0."""
-    scheduler = lr_schedule(cfg, parts.step.optimizer)
-    # the update's own random stream (minibatch order), seeded from the run's seed: the core draws
-    # nothing from the global RNG, and a checkpoint carries this stream's state
-    generator = torch.Generator(device=cfg.train.device).manual_seed(cfg.train.seed)
+    """The run's :class:`~marl_ppo.core.state.TrainState` for the seeds of ``parts``: their routers as one
+    :class:`~marl_ppo.core.seeds.SeedStack` (the template, and each other seed's initial parameters drawn
+    from its own seed, the global random stream left as it was), one optimizer step over the stack, the
+    learning-rate schedule (``train.lr_schedule``: constant, or linear to 0 over
+    ``train.iterations``), each seed's update ``torch.Generator`` on ``train.device`` seeded with its seed,
+    and counters at 0."""
+    others = []
+    for seed in parts.seeds[1:]:
+        with torch.random.fork_rng():
+            others.append(parts.router_of(seed))
+    stack = SeedStack([parts.router, *others])
+    step = AggregatedStep(
+        stack.trainable,
+        lr=cfg.train.lr,
+        max_grad_norm=cfg.train.max_grad_norm,
+        weights=cfg.loss.group_weights,
+        seeds=stack.seeds,
+        stacked=stack.stacked,
+    )
+    # the update's own random streams (minibatch order), seeded from each seed: the core draws nothing
+    # from the global RNG, and a checkpoint carries each seed's stream's state
+    generators = [torch.Generator(device=cfg.train.device).manual_seed(s) for s in parts.seeds]
     snapshots = {g: pool.snapshots for g, pool in parts.pools.items()}
     return TrainState(
-        parts.router, parts.step, scheduler, generator, snapshots=snapshots, entropy_schedule=entropy_schedule(cfg)
-    )
+        stack, step, lr_schedule(cfg, step.optimizer), generators, snapshots=snapshots,
+        entropy_schedule=entropy_schedule(cfg),
+    )  # fmt: skip
 
 
 def entropy_schedule(cfg: Config) -> Callable[[int], float] | None:

@@ -5,9 +5,10 @@ loads with ``torch.load(weights_only=True)``: a file that asks for anything else
 unpickling would run code) is refused with :class:`CheckpointError`, naming the file and the
 type it asked for. The RNG states are stored as tensors and lists for that reason.
 
-Checkpoints written by earlier versions of marl_ppo kept numpy's RNG state as a numpy array;
-those still load: numpy arrays of plain numbers are the one extra type allowed (their
-reconstruction runs no user code), and the state is converted on load.
+Checkpoints written by earlier versions of marl_ppo still load, converted to today's format here
+(the core knows only that one): numpy's RNG state kept as a numpy array (numpy arrays of plain
+numbers are the one extra type allowed: their reconstruction runs no user code), and router entries
+that today's router no longer holds (:func:`is_legacy_key`), dropped.
 
 A write goes to ``NAME.tmp``, is flushed to disk (``fsync``), then
 renamed over ``NAME``: a crash leaves either the old file or the new one, never half of one.
@@ -40,6 +41,7 @@ __all__ = [
     "CheckpointError",
     "write_checkpoint",
     "load_checkpoint",
+    "is_legacy_key",
     "usable_iterations",
     "rng_state",
     "set_rng_state",
@@ -130,7 +132,27 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     rng = state.get("rng")
     if isinstance(rng, dict) and isinstance(rng.get("numpy"), tuple):  # written before numpy states were lists
         rng["numpy"] = _numpy_state_to_plain(rng["numpy"])
+    router = state["router"]
+    for key in [k for k in router if is_legacy_key(k)] if isinstance(router, dict) else []:
+        del router[key]  # in place: a state_dict's OrderedDict keeps its _metadata
     return state
+
+
+# Router entries of earlier formats, dropped on load: before the one GAE path, recurrent and global
+# critics had a second estimator (``_estimators.<group>.gamma/lmbda``, the same values as the loss's);
+# before the entropy schedule became the training state's value, each loss held its configured
+# coefficients twice (``base_head_entropy_coeffs``; a resumed run takes them from its config anyway).
+LEGACY_ROUTER_PREFIXES = ("_estimators.",)
+LEGACY_ROUTER_SUFFIXES = (".base_head_entropy_coeffs",)
+
+
+def is_legacy_key(key: str) -> bool:
+    """Whether a router state-dict entry is one earlier checkpoints hold and today's router does not.
+
+    >>> is_legacy_key("_estimators.agents.gamma"), is_legacy_key("losses.agents.head_entropy_coeffs")
+    (True, False)
+    """
+    return key.startswith(LEGACY_ROUTER_PREFIXES) or key.endswith(LEGACY_ROUTER_SUFFIXES)
 
 
 def _first_line(err: BaseException) -> str:

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,17 +96,17 @@ def start_notes(run_dir: Path, collector: str, train: TrainConfig) -> None:
         note(run_dir, f"frames: {rounded_budget(train)}")
 
 
-def collector_text(collector, env: Any = None, seeds: int = 1) -> str:
+def collector_text(collector, env: Any = None, seeds: Sequence[int] = ()) -> str:
     """The collector a run got, in one line (its notes and ``summary.json`` keep it), with the reason the
     lean VMAS path declined where it did, how ``env`` steps where it says
-    (:class:`~marl_ppo.envs.aec_games.AecGames`) and the ``seeds`` it collects for where more than one."""
+    (:class:`~marl_ppo.envs.aec_games.AecGames`) and the ``seeds`` it collects for (``train.seeds``)."""
     text = collector.description
     if collector.declined:
         text += f"; the lean VMAS collector declined: {collector.declined}"
     stepping = getattr(env.base_env if isinstance(env, TransformedEnv) else env, "description", None)
     if isinstance(stepping, str):
         text += f"; {stepping}"
-    return text + (f", {seeds} seeds in one process (train.seeds)" if seeds > 1 else "")
+    return text + (f", {len(seeds)} seeds in one process (train.seeds)" if seeds else "")
 
 
 def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from marl_ppo.models.options import ModelConfig
 from marl_ppo.models.registry import kinds_of
 from marl_ppo.run.build import Parts, build
 from marl_ppo.run.payoff import check_payoff
-from marl_ppo.run.seeds import check_seeds
 
 __all__ = ["dry_run", "group_lines"]
 
@@ -44,8 +43,6 @@ def dry_run(cfg: Config) -> int:
     parts = build(cfg)
     try:
         check_payoff(cfg, parts)  # and those it runs on the built parts
-        if len(cfg.train.seeds) > 1:
-            check_seeds(cfg, router=parts.router)
         print(parts.reward_table)
         for line in group_lines(cfg, parts):
             print(line)

@@ -4,6 +4,10 @@ CSV scalars land in ``<run_dir>/logs/scalars/<metric>.csv`` as ``frames,value`` 
 ``CSVLogger``), appended, so a resumed run continues the same files. A resumed run first drops
 what was logged after its checkpoint's step (:func:`truncate_scalars`; TensorBoard through
 ``purge_step``), so that each step appears once, with the values of the run that continued.
+
+A logger kind is a row of :data:`~marl_ppo.log_options.LOGGER_KINDS` (its torchrl class, package and
+options) and a row of :data:`BACKENDS` here, of the same name: how a run opens the kind's logger in
+its directory and closes it. No code branches on a logger's name.
 """
 
 from __future__ import annotations
@@ -11,17 +15,18 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tqdm.auto import tqdm
 
+from marl_ppo.log_options import LOGGER_KINDS, LogConfig, MlflowConfig, WandbConfig
 from marl_ppo.run import media as log_media
+from marl_ppo.table import Table, resolve
 
-if TYPE_CHECKING:
-    from marl_ppo.config import LogConfig, MlflowConfig, WandbConfig
-
-__all__ = ["RunLogger", "Progress", "read_scalars", "truncate_scalars"]
+__all__ = ["RunLogger", "Progress", "Backend", "BACKENDS", "read_scalars", "truncate_scalars"]
 
 
 class Progress:
@@ -57,34 +62,22 @@ class RunLogger:
         """``log``: the run's :class:`~marl_ppo.config.LogConfig` (or just the logger names);
         ``resume_step``: a resumed run's checkpoint step (what was logged after it is dropped
         first); ``config``: the resolved config, sent to each logger as its hyper-parameters."""
-        from marl_ppo.config import LogConfig
-
         log = log if isinstance(log, LogConfig) else LogConfig(loggers=list(log))
         self.run_dir = Path(run_dir)
-        self.loggers = []
+        self.loggers, self._backends = [], []
         if resume_step is not None:
             truncate_scalars(self.run_dir, resume_step)
-        for kind in log.loggers:
+        for name in log.loggers:
+            kind, backend = LOGGER_KINDS.lookup(name), BACKENDS.lookup(name)
             try:
-                self.loggers.append(self._make(kind, log, exp_name, resume_step))
+                logger = backend.open(resolve(kind.logger), self.run_dir, log.options_of(name), exp_name, resume_step)
             except ImportError as err:
-                raise ImportError(f"log.loggers asks for {kind!r}, which is not installed: {err}") from err
+                raise ImportError(f"log.loggers asks for {name!r}, which is not installed: {err}") from err
+            self.loggers.append(logger)
+            self._backends.append(backend)
         if config is not None:
             for logger in self.loggers:
                 log_media.log_config(logger, config)
-
-    def _make(self, kind: str, log: "LogConfig", exp_name: str, resume_step: int | None):
-        if kind == "csv":
-            from torchrl.record.loggers import CSVLogger
-
-            return CSVLogger(exp_name="logs", log_dir=str(self.run_dir))
-        if kind == "tensorboard":
-            return _tensorboard(self.run_dir / kind, exp_name, resume_step)
-        if kind == "wandb":
-            return _wandb(self.run_dir, log.wandb, exp_name)
-        if kind == "mlflow":
-            return _mlflow(self.run_dir, log.mlflow, exp_name)
-        raise ValueError(f"unknown logger {kind!r}")
 
     def progress(self, total: int, initial: int, enabled: bool) -> Progress:
         return Progress(total, initial, enabled)
@@ -122,30 +115,55 @@ class RunLogger:
 
     def close(self) -> None:
         """Flushes and closes every logger's files (safe to call twice)."""
-        for logger in self.loggers:
-            exp = getattr(logger, "experiment", None)
-            files = getattr(exp, "files", {})
-            for f in files.values():  # CSV
-                f.close()
-            files.clear()
-            if hasattr(exp, "flush") and hasattr(exp, "close"):  # TensorBoard's SummaryWriter
-                exp.close()
-            if hasattr(exp, "finish"):  # a W&B run
-                exp.finish()
-            if type(logger).__name__ == "MLFlowLogger":
-                import mlflow
-
-                mlflow.end_run()
-        self.loggers = []
+        for backend, logger in zip(self._backends, self.loggers):
+            backend.close(logger)
+        self.loggers, self._backends = [], []
 
 
-def _wandb(run_dir: Path, cfg: "WandbConfig", exp_name: str):
+@dataclass(frozen=True)
+class Backend:
+    """How a run opens and closes the logger of the :data:`~marl_ppo.log_options.LOGGER_KINDS` row of the
+    same name: ``open(cls, run_dir, options, exp_name, resume_step)`` makes the logger from ``cls``, the
+    row's torchrl class, and ``options``, its options (``None`` for a kind that takes none);
+    ``close(logger)`` flushes and closes its files."""
+
+    name: str
+    open: Callable[[type, Path, Any, str, "int | None"], Any]
+    close: Callable[[Any], None]
+
+
+def _csv(cls: type, run_dir: Path, options: None, exp_name: str, resume_step: int | None):
+    """torchrl's CSV logger, its scalars under ``<run_dir>/logs/scalars/``."""
+    return cls(exp_name="logs", log_dir=str(run_dir))
+
+
+def _close_csv(logger) -> None:
+    files = logger.experiment.files
+    for f in files.values():
+        f.close()
+    files.clear()
+
+
+def _tensorboard(cls: type, run_dir: Path, options: None, exp_name: str, resume_step: int | None):
+    """torchrl's TensorBoard logger under ``<run_dir>/tensorboard``; on resume its writer purges the events
+    after ``resume_step``."""
+
+    class _Resumable(cls):
+        def _create_experiment(self):
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step: readers drop the events at or after it that an earlier session wrote
+            purge = None if resume_step is None else resume_step + 1
+            return SummaryWriter(log_dir=os.path.join(self.log_dir, self.exp_name), purge_step=purge)
+
+    return _Resumable(exp_name=exp_name, log_dir=str(run_dir / "tensorboard"))
+
+
+def _wandb(cls: type, run_dir: Path, cfg: WandbConfig, exp_name: str, resume_step: int | None):
     """torchrl's W&B logger; a resumed run goes on logging into the same W&B run (its id is kept)."""
-    from torchrl.record.loggers.wandb import WandbLogger
-
     id_file = run_dir / "wandb" / "run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else None
-    logger = WandbLogger(
+    logger = cls(
         exp_name,
         save_dir=str(run_dir),
         id=run_id,
@@ -163,10 +181,9 @@ def _wandb(run_dir: Path, cfg: "WandbConfig", exp_name: str):
     return logger
 
 
-def _mlflow(run_dir: Path, cfg: "MlflowConfig", exp_name: str):
+def _mlflow(cls: type, run_dir: Path, cfg: MlflowConfig, exp_name: str, resume_step: int | None):
     """torchrl's MLflow logger, in ``cfg.experiment``, the run named as the run directory."""
     import mlflow
-    from torchrl.record.loggers.mlflow import MLFlowLogger
 
     uri = cfg.tracking_uri or (run_dir / "mlflow").resolve().as_uri()
     if uri.startswith("file:"):
@@ -182,25 +199,27 @@ def _mlflow(run_dir: Path, cfg: "MlflowConfig", exp_name: str):
         except mlflow.exceptions.MlflowException:  # another run of a suite created it meanwhile
             if mlflow.get_experiment_by_name(cfg.experiment) is None:
                 raise
-    logger = MLFlowLogger(cfg.experiment, tracking_uri=uri)
+    logger = cls(cfg.experiment, tracking_uri=uri)
     _ = logger.experiment  # starts the run
     mlflow.set_tag("mlflow.runName", exp_name)
     return logger
 
 
-def _tensorboard(log_dir: Path, exp_name: str, resume_step: int | None):
-    """torchrl's TensorBoard logger; on resume its writer purges the events after ``resume_step``."""
-    from torchrl.record.loggers.tensorboard import TensorboardLogger
+def _close_mlflow(logger) -> None:
+    import mlflow
 
-    class _Resumable(TensorboardLogger):
-        def _create_experiment(self):
-            from torch.utils.tensorboard import SummaryWriter
+    mlflow.end_run()
 
-            # purge_step: readers drop the events at or after it that an earlier session wrote
-            purge = None if resume_step is None else resume_step + 1
-            return SummaryWriter(log_dir=os.path.join(self.log_dir, self.exp_name), purge_step=purge)
 
-    return _Resumable(exp_name=exp_name, log_dir=str(log_dir))
+BACKENDS: Table[Backend] = Table(
+    "logger backend",
+    [
+        Backend("csv", _csv, _close_csv),
+        Backend("tensorboard", _tensorboard, lambda logger: logger.experiment.close()),  # its SummaryWriter
+        Backend("wandb", _wandb, lambda logger: logger.experiment.finish()),  # the W&B run
+        Backend("mlflow", _mlflow, _close_mlflow),
+    ],
+)
 
 
 def truncate_scalars(run_dir: str | Path, step: int) -> int:

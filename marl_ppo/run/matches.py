@@ -87,7 +87,7 @@ class Matches:
 
     def play(self, text: str, seat: str) -> tuple[EvalResult, Outcomes | None]:
         """One source against the trained policy in ``seat``: the evaluation and the seat's outcomes."""
-        if self.sources[text].kind == "pool":
+        if self.sources[text].pool:
             result = self._play_pool(text, seat)
         else:
             others = [self._player(text, g).to(self.cfg.train.device) for g in self.parts.groups if g != seat]
@@ -100,7 +100,7 @@ class Matches:
         group = self.sources[text].group
         found = {}  # the group whose networks a pool snapshots: pool:GROUP's GROUP, or a pool seat's own
         for seat, pool in self.parts.pools.items():
-            found.setdefault(pool.source.partition(":")[2] or seat, pool)
+            found.setdefault(parse_source(f"opponents.{seat}", pool.source).group or seat, pool)
         if group is not None and group in found:
             return found[group]
         if group is None and len(found) == 1:
@@ -133,7 +133,7 @@ class Matches:
         return {
             (text, seat): self.play(text, seat)
             for text, source in self.sources.items()
-            for seat in (self.pool_seats(text) if source.kind == "pool" else self.seats)
+            for seat in (self.pool_seats(text) if source.pool else self.seats)
         }
 
     def ladder(self, run_dir) -> dict[str, float]:

@@ -3,8 +3,8 @@
 :func:`~marl_ppo.run.build.build` reads ``opponents`` and ``pool`` through these: the sources parsed
 against the env's groups (:func:`opponent_sources`), the training group a ``self``/``pool:GROUP`` seat
 plays with (:func:`self_seat`), a pool seat's spec and player (:func:`pool_seat`, :func:`pool_player`),
-and every other source's player (:func:`make_player`: random, scripted with the env's raw
-observation, another run's frozen policy). See ``docs/opponents.md``.
+and every other source's player (:func:`make_player`: its line's ``player``, random, scripted with the
+env's raw observation, another run's frozen policy). See ``docs/opponents.md``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from marl_ppo.envs.kinds import env_kind
 from marl_ppo.groups.specs import GroupSpec, seat_difference
 from marl_ppo.models.actor import build_actor, seat_actor
 from marl_ppo.models.modules import plain_networks
-from marl_ppo.opponents import OpponentSource, RandomPlayer, RawObservation, ScriptedPlayer, parse_source
+from marl_ppo.opponents import OpponentSource, PlayerContext, RawObservation, ScriptedPlayer, parse_source
 from marl_ppo.opponents.pool import TRAIN_MASK, LearnerSeating, PoolPlayer, SnapshotNet, SnapshotPart
 from marl_ppo.options import ConfigError
 from marl_ppo.run.checkpoints import CheckpointError, preserved_rng
+from marl_ppo.table import resolve
 
 __all__ = [
     "opponent_sources",
@@ -139,7 +140,7 @@ def opponent_sources(given: dict[str, str], groups: dict[str, GroupSpec]) -> dic
 
 def shares_networks(group: str, source: OpponentSource) -> bool:
     """Whether ``group`` plays with another group's networks: ``self``, ``pool:OTHER`` (``pool``: its own)."""
-    return source.kind == "self" or (source.kind == "pool" and source.group not in (None, group))
+    return source.shares_networks(group)
 
 
 def self_seat(group: str, source: OpponentSource, trained: dict[str, GroupSpec], sources) -> str:
@@ -190,16 +191,20 @@ def make_player(
     load_run: Callable[..., tuple[Config, Any]],
     env_fn: EnvFactory | None = None,
 ):
-    """The player of ``source`` for the group of ``spec`` (``key`` names it in errors), on ``train.device``;
+    """The player of ``source`` for the group of ``spec`` (``key`` names it in errors), on ``train.device``:
+    its line's ``player``, made from what this run lends it (:class:`~marl_ppo.opponents.players.PlayerContext`);
     ``load_run(run_dir, device=...)`` rebuilds another run (:func:`~marl_ppo.run.build.load_policy`)."""
-    if source.kind == "random":
-        return RandomPlayer(spec)
-    if source.kind == "callable":
-        act = load_factory(source.target, what=key)
-        return ScriptedPlayer(spec, act, source.target, _raw_observation(cfg, spec, env_fn), cfg.env.scenario)
-    if source.kind == "checkpoint":
-        return _checkpoint_player(cfg, key, source, spec, load_run)
-    raise ConfigError(f"{key}: {source.kind!r} is a way to train, not an opponent to play")
+    if not source.plays:
+        raise ConfigError(f"{key}: {source.kind!r} is a way to train, not an opponent to play")
+    context = PlayerContext(
+        key,
+        spec,
+        cfg.env.scenario,
+        load_callable=lambda target: load_factory(target, what=key),
+        raw_observation=lambda: _raw_observation(cfg, spec, env_fn),
+        load_policy=lambda source: _checkpoint_player(cfg, key, source, spec, load_run),
+    )
+    return resolve(source.row.player)(source, context)
 
 
 def _raw_observation(cfg: Config, spec: GroupSpec, env_fn: EnvFactory | None) -> RawObservation:

@@ -31,10 +31,10 @@ __all__ = ["absolute_sources", "absolute_source", "pin_opponents", "pinned_confi
 def absolute_source(text: str) -> str:
     """``text`` with the path it names made absolute (other sources as they are)."""
     source = parse_source("opponent", text)
-    if source.kind == "checkpoint":
+    if source.row.names_run:
         group = f":{source.group}" if source.group else ""
-        return f"checkpoint:{Path(source.target).expanduser().resolve()}{group}"
-    if source.kind == "callable":
+        return f"{source.kind}:{Path(source.target).expanduser().resolve()}{group}"
+    if source.row.names_callable:
         return absolute_factory(source.target)
     return text
 
@@ -54,7 +54,7 @@ def pin_opponents(cfg: Config, run_dir: Path) -> Config:
     opponents = dict(cfg.opponents)
     for g, text in cfg.opponents.items():
         source = parse_source(f"opponents.{g}", text)
-        if source.kind != "checkpoint":
+        if not source.row.names_run:
             continue
         other = Path(source.target).expanduser().resolve()
         if other.is_relative_to(run_dir.resolve()):  # already a copy of this run's
@@ -73,7 +73,7 @@ def pin_opponents(cfg: Config, run_dir: Path) -> Config:
         }
         (copy / "pinned.json").write_text(json.dumps(record, indent=1) + "\n")
         group = f":{source.group}" if source.group else ""
-        opponents[g] = f"checkpoint:{copy.resolve()}{group}"
+        opponents[g] = f"{source.kind}:{copy.resolve()}{group}"
     return cfg if opponents == cfg.opponents else dataclasses.replace(cfg, opponents=opponents)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +20,19 @@ import torch
 from marl_ppo.config import Config, to_container, to_yaml
 from marl_ppo.core.state import TrainState
 from marl_ppo.envs import EnvFactory
+from marl_ppo.options import ConfigError
 from marl_ppo.run.build import Parts
-from marl_ppo.run.checkpoints import rng_state, write_checkpoint
+from marl_ppo.run.checkpoints import rng_state, usable_iterations, write_checkpoint
 from marl_ppo.run.directory import claim_run_directory, note, write_summary
 from marl_ppo.run.evaluation import Evaluator
 from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.matches import Matches
+from marl_ppo.run.pinned import pinned_configs
 from marl_ppo.run.resume import resume_point, write_resume_log
 from marl_ppo.run.signals import RunInterrupted
 from marl_ppo.run.video import FrameRecorder
 
-__all__ = ["SeedRecord", "CHECKPOINT_FORMAT"]
+__all__ = ["SeedRecord", "SeedRecords", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists); 1: numpy RNG arrays
 
@@ -37,10 +40,11 @@ CHECKPOINT_FORMAT = 2  # 2: weights_only-loadable (RNG states as tensors/lists);
 class SeedRecord:
     """Seed ``cfg.train.seed``'s run directory ``run_dir``, opened for writing.
 
-    ``parts`` give the policy the evaluation plays (with S seeds: the template's, run with this
-    seed's tensors by the trainer); ``state`` is the seed's own single-run state, which ``resume``
-    loads from the directory's newest usable checkpoint (:func:`~marl_ppo.run.resume.resume_point`;
-    ``resume_at``: of iteration ``<= resume_at``, where a group's seeds meet) before the seeds' states are stacked.
+    ``parts`` give the policy the evaluation plays (the template's, run with this seed's tensors by the
+    trainer); ``state`` is the seeds' training state, into whose seed ``seed`` ``resume`` loads the
+    directory's newest usable checkpoint (:func:`~marl_ppo.run.resume.resume_point`; ``resume_at``: of
+    iteration ``<= resume_at``, where a group's seeds meet). :attr:`start` is the ``(iteration, frames)``
+    the seed starts from.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class SeedRecord:
         run_dir: Path,
         parts: Parts,
         state: TrainState,
+        seed: int = 0,
         *,
         resume: bool = False,
         resume_at: int | None = None,
@@ -68,9 +73,11 @@ class SeedRecord:
         self.saved_iteration: int | None = None
         self.failed = self._warned_no_episode = False
         self.config_yaml = to_yaml(cfg)
-        self.resume = resume_point(run_dir, cfg, state, at_most=resume_at) if resume else None
+        self.resume = resume_point(run_dir, cfg, state, at_most=resume_at, seed=seed) if resume else None
+        self.start = (0, 0)
         if self.resume is not None and self.resume.rng is not None:
             self.saved_iteration = state.iteration
+            self.start = (state.iteration, state.frames)
         if self.resume is None:  # a new run: claimed (another run started together takes the next name)
             self.run_dir = run_dir = claim_run_directory(cfg, run_dir, self.config_yaml)
             self.ckpt_dir = run_dir / "checkpoints"
@@ -166,3 +173,72 @@ class SeedRecord:
         """Closes the loggers and the evaluation env (the collector closes the training env)."""
         self.logger.close()
         self.evaluator.close()
+
+
+def common_iteration(run_dirs: Sequence[Path]) -> int | None:
+    """The newest iteration at which every seed of a group has a checkpoint that loads (a seed whose newest
+    checkpoints are corrupt stands behind the others: the group resumes from where all of them are);
+    ``None`` where a seed has no checkpoint (it starts afresh, and so must the others: stacking refuses)."""
+    found = [usable_iterations(Path(d) / "checkpoints") for d in run_dirs]
+    if not all(found):
+        return None
+    common = set.intersection(*found)
+    if not common:
+        raise ConfigError(
+            "the seeds' checkpoints share no iteration ("
+            + "; ".join(f"{d}: {sorted(f)}" for d, f in zip(run_dirs, found))
+            + "): resume each seed's directory as a single run instead"
+        )
+    return max(common)
+
+
+class SeedRecords(list):
+    """Every seed's :class:`SeedRecord`, in seed order: opened together (:meth:`open`), failed and closed together."""
+
+    @classmethod
+    def open(cls, configs, planned, parts: Parts, state: TrainState, *, resume: bool, env_fn=None) -> SeedRecords:
+        """Each seed's record of ``planned`` (its directory), its frozen opponents pinned into a new directory;
+        with ``resume``, every seed from the newest iteration all of them have a checkpoint of."""
+        configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in
+        meet = common_iteration(planned) if resume else None
+        records = cls(
+            SeedRecord(c, d, parts, state, s, resume=resume, resume_at=meet, env_fn=env_fn)
+            for s, (c, d) in enumerate(zip(configs, planned))
+        )
+        behind = [s for s, record in enumerate(records) if record.start != records[0].start]
+        if behind:
+            raise ConfigError(
+                f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from the first's "
+                f"iteration {records[0].start[0]}): resume each seed's directory as a single run instead"
+            )
+        return records
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [record.run_dir for record in self]
+
+    def live(self) -> list[int]:
+        """The indices of the seeds still training (a seed whose loss went non-finite has failed)."""
+        return [s for s, record in enumerate(self) if not record.failed]
+
+    def fail_all(self, err: BaseException, reason: str | None = None) -> None:
+        for s in self.live():
+            self[s].fail(err, reason)
+
+    def close(self) -> None:
+        """Closes every seed's loggers and evaluation env."""
+        for record in self:
+            record.close()
+
+    def interrupted(self, signal_name: str, state: TrainState, save: Callable[[int], None]) -> RunInterrupted:
+        """After a signal: every live seed's last completed iteration checkpointed (``save(s)``, rolling back a
+        half-done update in ``state``), its record closed with ``error.txt``; returns the error to raise."""
+        errors = []
+        for s in self.live():
+            record = self[s]
+            if record.snapshot is not None:
+                if record.saved_iteration != record.snapshot["iteration"]:
+                    save(s)
+                state.load_state_dict(record.snapshot, seed=s)  # the state in memory matches its checkpoint
+            errors.append(record.interrupted(signal_name, state.iteration))
+        return errors[0]

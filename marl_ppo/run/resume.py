@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from marl_ppo.config import Config, ConfigError, from_yaml, to_container
-from marl_ppo.core.router import is_legacy_key
 from marl_ppo.core.state import TrainState
-from marl_ppo.run.checkpoints import choose_checkpoint, set_rng_state
+from marl_ppo.run.checkpoints import choose_checkpoint, is_legacy_key, set_rng_state
 
 __all__ = [
+    "EpisodeRestarts",
     "ResumePoint",
     "resume_point",
     "network_mismatch",
@@ -120,10 +120,11 @@ def _check_changes(run_dir: Path, cfg: Config) -> list[tuple[str, Any, Any]]:
     return changes
 
 
-def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any]) -> None:
-    """Over a loaded checkpoint: the losses' settings (``fresh``: the router's as built from ``cfg``) and
-    the learning rate of ``train.lr`` on the schedule's current step (what ``LambdaLR`` itself computes)."""
-    state.router.load_hyperparameters(fresh)
+def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any], seed: int) -> None:
+    """Over a loaded checkpoint of seed ``seed``: the losses' settings (``fresh``: the router's as built from
+    ``cfg``) and the learning rate of ``train.lr`` on the schedule's current step (what ``LambdaLR`` computes)."""
+    with state.stack.seed(seed) as router:
+        router.load_hyperparameters(fresh)
     scheduler, groups = state.scheduler, state.step.optimizer.param_groups
     scheduler.base_lrs = [float(cfg.train.lr) for _ in scheduler.base_lrs]
     for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
@@ -132,9 +133,11 @@ def _put_config_in_force(state: TrainState, cfg: Config, fresh: dict[str, Any]) 
     scheduler._last_lr = [group["lr"] for group in groups]
 
 
-def resume_point(run_dir: Path, cfg: Config, state: TrainState, at_most: int | None = None) -> ResumePoint:
+def resume_point(
+    run_dir: Path, cfg: Config, state: TrainState, at_most: int | None = None, seed: int = 0
+) -> ResumePoint:
     """Loads the newest usable checkpoint of ``run_dir`` (``at_most``: of iteration ``<= at_most``) into
-    ``state`` with ``cfg``'s changeable settings
+    seed ``seed`` of ``state`` with ``cfg``'s changeable settings
     in force; what was found and changed, and why (nothing for a finished run: see :class:`ResumePoint`).
     Refuses (:class:`ConfigError`, nothing written) a change that may not be made on resume, and fewer
     ``train.total_frames`` than the run has done."""
@@ -148,15 +151,16 @@ def resume_point(run_dir: Path, cfg: Config, state: TrainState, at_most: int | N
         notes.append("no checkpoint: the run starts afresh in its directory (its logs are cleared)")
         return ResumePoint(None, notes)
     ckpt = choice.state
-    fresh = state.router.hyperparameters()
-    state.load_state_dict(ckpt)
+    with state.stack.seed(seed) as router:
+        fresh = router.hyperparameters()
+    state.load_state_dict(ckpt, seed=seed)
     if cfg.train.total_frames < state.frames:
         raise ConfigError(
             f"cannot resume {run_dir} with train.total_frames={cfg.train.total_frames}: the run has done "
             f"{state.frames} frames already (its checkpoint {choice.path.name}); "
             f"give train.total_frames >= {state.frames}"
         )
-    _put_config_in_force(state, cfg, fresh)
+    _put_config_in_force(state, cfg, fresh, seed)
     if not cfg.train.num_threads and ckpt.get("threads", torch.get_num_threads()) != torch.get_num_threads():
         # auto picked another count on this machine: the run's own keeps its reductions bit for bit
         notes.append(f"train.num_threads=0 (auto): {ckpt['threads']} threads, as the run had")
@@ -241,3 +245,16 @@ def restart_episodes(collector, rng: dict[str, Any], seed: int) -> bool:
     restarted = collector.restart(seed)
     set_rng_state(rng)
     return restarted
+
+
+class EpisodeRestarts:
+    """:func:`restart_episodes` at each periodic checkpoint (and on resume), saying once on stderr when the env
+    cannot be restarted (:data:`CANNOT_RESTART`)."""
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def __call__(self, collector, rng: dict[str, Any], seed: int) -> None:
+        if not restart_episodes(collector, rng, seed) and not self.warned:
+            self.warned = True
+            print(f"marl-ppo: {CANNOT_RESTART}", file=sys.stderr)

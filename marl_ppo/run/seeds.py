@@ -38,14 +38,13 @@ from torch import nn
 
 from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
-from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.happo import SEEDS_NEED_FIXED_ORDER
-from marl_ppo.core.seeds import SeedStack, seed_refusal
-from marl_ppo.core.state import TrainState
+from marl_ppo.core.seeds import SeedStack
 from marl_ppo.envs.kinds import env_kind
+from marl_ppo.opponents import opponent_policy
+from marl_ppo.opponents.options import parse_source
 from marl_ppo.options import ConfigError
-from marl_ppo.run.build import lr_schedule
-from marl_ppo.run.checkpoints import usable_iterations
+from marl_ppo.run.build import Parts
 from marl_ppo.run.group_result import group_directory
 
 __all__ = [
@@ -55,7 +54,8 @@ __all__ = [
     "seed_config",
     "seed_configs",
     "check_seeds",
-    "stacked_state",
+    "seed_refusals",
+    "collection_policy",
     "group_run_dirs",
     "write_group_file",
     "seed_group_dir",
@@ -65,36 +65,42 @@ __all__ = [
 GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
 
-def check_seeds(cfg: Config, configs: Sequence[Config] = (), router: nn.Module | None = None) -> None:
-    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run yet:
-    from ``cfg`` (with ``train.seeds``), each seed's ``configs`` (which may differ only in the seed and its
-    name) and the first seed's built ``router``."""
+def seed_refusals(cfg: Config) -> list[str]:
+    """What ``train.seeds`` cannot run with, each with its reason: the one list, read once by config validation
+    (:func:`check_seeds`). Everything else runs with 1..S seeds alike."""
+    why = []
+    if not env_kind(cfg.env.kind).seeds_in_one_env:
+        why.append(f"env.kind={cfg.env.kind} (its env cannot hold every seed's copies in one batch)")
+    if cfg.train.collector.backend != "direct":
+        why.append(
+            f"train.collector.backend={cfg.train.collector.backend} (the workers' policy copies are synced from the "
+            "policy's modules; the seeds' stacked tensors live outside them)"
+        )
+    pools = [g for g, text in cfg.opponents.items() if parse_source(f"opponents.{g}", str(text)).kind == "pool"]
+    if pools:
+        why.append(f"opponents {pools} from a pool (each seed would need its own snapshots, which are not stacked)")
+    if cfg.loss.value_norm == "popart":
+        why.append("loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)")
+    if cfg.train.compile:
+        why.append("train.compile=true (torch.compile of the vmapped, stacked loss is not supported)")
+    if algorithm(cfg.loss.algorithm).sequential and cfg.loss.happo.order != "fixed":
+        order = cfg.loss.happo.order
+        why.append(f"loss.algorithm={cfg.loss.algorithm} with loss.happo.order={order} ({SEEDS_NEED_FIXED_ORDER})")
+    return why
+
+
+def check_seeds(cfg: Config, configs: Sequence[Config] = ()) -> None:
+    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run
+    (:func:`seed_refusals`), and seed ``configs`` (a suite's jobs) that differ in more than the seed and its name."""
     differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
     if differ:
         raise ConfigError(
             f"the configs of seeds {differ} differ from seed {configs[0].train.seed}'s in more than the seed"
         )
     seeds = cfg.train.seeds or [c.train.seed for c in configs]
-    why = seed_refusal(router) if router is not None else None
-    if why is not None:
-        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why} yet")
-    if not env_kind(cfg.env.kind).seeds_in_one_env:
-        why = f"env.kind={cfg.env.kind} (its env cannot hold every seed's copies in one batch)"
-    elif cfg.train.collector.backend != "direct":
-        why = f"train.collector.backend={cfg.train.collector.backend} (the seeds collect in this process)"
-    elif cfg.opponents:
-        why = "opponents (a pool or a frozen player per seed is not stacked yet)"
-    elif cfg.loss.value_norm == "popart":
-        why = "loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)"
-    elif cfg.train.compile:
-        why = "train.compile=true (compiling the vmapped update is not measured yet)"
-    elif algorithm(cfg.loss.algorithm).sequential and cfg.loss.happo.order != "fixed":
-        order = cfg.loss.happo.order
-        why = f"loss.algorithm={cfg.loss.algorithm} with loss.happo.order={order} ({SEEDS_NEED_FIXED_ORDER})"
-    elif cfg.log.video:
-        why = "log.video=true"
-    if why is not None:
-        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why}")
+    why = seed_refusals(cfg) if len(seeds) > 1 else []
+    if why:
+        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why[0]}")
 
 
 def seed_configs(cfg: Config) -> list[Config]:
@@ -131,8 +137,6 @@ class SeedNet(nn.Module):
             with params.to_module(self._net[0]):  # (torchrl's per-agent networks keep their TensorDictParams)
                 return self._net[0](x)
 
-        if self.seeds == 1:
-            return run(self._params[0][0], x)
         out = torch.vmap(run)(self._params[0], x.reshape(self.seeds, -1, *x.shape[1:]))
         if isinstance(out, torch.Tensor):
             return out.reshape(-1, *out.shape[2:])
@@ -159,9 +163,10 @@ class SeedLoop(TensorDictModuleBase):
 
 
 def seed_policy(stack: SeedStack) -> TensorDictModuleBase:
-    """The collection policy of all seeds: each group's actor with its network run by :class:`SeedNet` (the lean
-    VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run);
-    a router with a recurrent or any other trunk (:mod:`~marl_ppo.models.registry`) seed by seed (:class:`SeedLoop`)."""
+    """The collection policy of a stack's seeds: each group's actor with its network run by :class:`SeedNet` (the
+    lean VMAS collector calls the network on plain tensors, and it sees one actor per group, as in a single run);
+    a router with a recurrent or any other trunk (:mod:`~marl_ppo.models.registry`) seed by seed (:class:`SeedLoop`).
+    Stacked storage only: one seed's own tensors collect with the template's own policy."""
     nets = {g: stack.template.losses[g].actor_network.module for g in stack.template.groups}
     if stack.template.recurrent_keys or any(isinstance(net, TensorDictSequential) for net, _ in nets.values()):
         return SeedLoop(stack)
@@ -174,59 +179,13 @@ def seed_policy(stack: SeedStack) -> TensorDictModuleBase:
     return TensorDictSequential(*actors)
 
 
-def stacked_state(cfg: Config, singles: Sequence[TrainState]) -> TrainState:
-    """One :class:`~marl_ppo.core.state.TrainState` for the seeds whose single-run states are ``singles`` (as
-    :func:`~marl_ppo.run.build.train_state` built them, each maybe resumed from its checkpoint): their
-    routers stacked, one optimizer step and one schedule for all, their generators, counters and returns.
-    One seed: its state as it is. The singles' own routers and optimizers are not kept."""
-    if len(singles) == 1:
-        return singles[0]
-    first = singles[0]
-    behind = [
-        s for s, single in enumerate(singles) if (single.iteration, single.frames) != (first.iteration, first.frames)
-    ]
-    if behind:
-        raise ConfigError(
-            f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from the first's "
-            f"iteration {first.iteration}): resume each seed's directory as a single run instead"
-        )
-    names = [n for n, p in first.router.named_parameters() if p.requires_grad]  # a single run's optimizer order
-    stack = SeedStack([single.router for single in singles])
-    step = AggregatedStep(
-        stack.trainable,
-        lr=cfg.train.lr,
-        max_grad_norm=cfg.train.max_grad_norm,
-        weights=cfg.loss.group_weights,
-        seeds=stack.seeds,
-    )
-    scheduler = lr_schedule(cfg, step.optimizer)
-    scheduler.load_state_dict(first.scheduler.state_dict())
-    for group, single in zip(step.optimizer.param_groups, first.step.optimizer.param_groups):
-        group["lr"], group["initial_lr"] = single["lr"], single["initial_lr"]  # as the config in force set them
-    generators = [single.generator for single in singles]
-    state = TrainState(stack, step, scheduler, generators, names=names, entropy_schedule=first.entropy_schedule)
-    state.iteration, state.frames = first.iteration, first.frames
-    state.returns = [dict(single.last_returns) for single in singles]
-    if first.iteration:  # resumed: each seed's Adam moments go on
-        state.load_optimizer_states({s: single.step.optimizer.state_dict() for s, single in enumerate(singles)})
-    return state
-
-
-def common_iteration(run_dirs: Sequence[Path]) -> int | None:
-    """The newest iteration at which every seed of a group has a checkpoint that loads (a seed whose newest
-    checkpoints are corrupt stands behind the others: the group resumes from where all of them are);
-    ``None`` where a seed has no checkpoint (it starts afresh, and so must the others: stacking refuses)."""
-    found = [usable_iterations(Path(d) / "checkpoints") for d in run_dirs]
-    if not all(found):
-        return None
-    common = set.intersection(*found)
-    if not common:
-        raise ConfigError(
-            "the seeds' checkpoints share no iteration ("
-            + "; ".join(f"{d}: {sorted(f)}" for d, f in zip(run_dirs, found))
-            + "): resume each seed's directory as a single run instead"
-        )
-    return max(common)
+def collection_policy(parts: Parts, stack: SeedStack) -> TensorDictModuleBase:
+    """What acts in the env of ``parts`` for the seeds of ``stack``: the template's own policy where the stack
+    stores one seed's own tensors, else :func:`seed_policy` followed by the frozen opponents' players (one
+    player for every seed's copies)."""
+    if not stack.stacked:
+        return parts.policy
+    return opponent_policy(seed_policy(stack), parts.opponents)
 
 
 def group_run_dirs(run_dir: str | Path) -> list[Path]:

@@ -23,7 +23,6 @@ the update is the algorithm's update mode (:mod:`marl_ppo.algorithms`; the joint
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,26 +33,23 @@ from tensordict import TensorDictBase
 from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
 from marl_ppo.core.update import StopRequested, TrainingError
-from marl_ppo.envs import EnvFactory, make_env
-from marl_ppo.models.recurrent import prime_env, state_spec
+from marl_ppo.core.update_modes import update_fn
+from marl_ppo.envs import EnvFactory
 from marl_ppo.options import ConfigError
-from marl_ppo.run.build import build, build_collector, record_factory, seed_everything, train_state
+from marl_ppo.run.build import build, build_collector, record_factory, train_state
 from marl_ppo.run.callbacks import Callbacks
 from marl_ppo.run.directory import collector_text, finished_summary, run_directory, start_notes
 from marl_ppo.run.frozen_images import checked_first_batch
 from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.payoff import check_payoff
-from marl_ppo.run.pinned import pinned_configs
-from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecord
-from marl_ppo.run.resume import CANNOT_RESTART, restart_episodes
+from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecords
+from marl_ppo.run.resume import EpisodeRestarts
 from marl_ppo.run.seeds import (
     check_seeds,
-    common_iteration,
+    collection_policy,
     seed_configs,
     seed_group_dir,
-    seed_policy,
-    stacked_state,
     write_group_file,
 )  # fmt: skip
 from marl_ppo.run.signals import RunInterrupted, StopSignals
@@ -96,40 +92,24 @@ class Trainer:
         self.grouped = configs is not None or bool(cfg.train.seeds)
         configs = list(configs) if configs is not None else seed_configs(cfg)
         self.seeds = [c.train.seed for c in configs]
-        if run_dirs is None and run_dir is not None and len(configs) > 1:
+        if run_dirs is None and run_dir is not None and self.grouped:
             raise ConfigError(f"train.seeds={self.seeds}: each seed has its own directory; give run_dirs, not run_dir")
         run_dirs = list(run_dirs) if run_dirs is not None else [run_dir] * len(configs)
+        check_seeds(cfg, configs)  # what S seeds cannot run, before anything is built
         self.cfg = configs[0]
-        if len(configs) > 1:
-            check_seeds(cfg, configs)
         self.cfg.check_machine()  # before a run directory exists
         planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]
-        singles = [(p, train_state(c, p)) for c in configs for p in [build(c, env_fn=env_fn, players=players)]]
-        self.parts = parts = singles[0][0]  # with S seeds, seed 0's router is the template of the stack
+        self.parts = parts = build(self.cfg, self.seeds, env_fn=env_fn, players=players)  # one env, S x E copies
+        self.state = state = train_state(self.cfg, parts)
         check_payoff(self.cfg, parts)
-        configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in
-        self.cfg = configs[0]
-        if len(configs) > 1:
-            check_seeds(cfg, configs, parts.router)  # a bad env, table or model fails before any directory exists
-        meet = common_iteration(planned) if resume and len(configs) > 1 else None
-        self.records = [
-            SeedRecord(c, d, parts, state, resume=resume, resume_at=meet, env_fn=env_fn)
-            for c, d, (_, state) in zip(configs, planned, singles)
-        ]
-        self.state = stacked_state(self.cfg, [state for _, state in singles])  # one seed: its own, as built
-        self.env, self.policy, self.group_dir = parts.env, parts.policy, None
-        if len(configs) > 1:  # one env of S x E copies, seed s acting on its own with its own tensors
-            parts.step = self.state.step
-            for other, _ in singles:
-                other.env.close()
-            seed_everything(self.seeds[0])
-            self.env = make_env(self.cfg.env, seed=self.seeds[0], num_envs=len(configs) * self.cfg.env.num_envs)
-            prime_env(self.env, state_spec(parts.router.policy))  # a recurrent model's stored states
-            self.policy = seed_policy(self.state.stack)
-            self.group_dir = seed_group_dir(cfg, self.run_dirs, resume)  # a resumed group's too
+        self.records = SeedRecords.open(configs, planned, parts, state, resume=resume, env_fn=env_fn)
+        self.cfg = self.records[0].cfg  # its frozen opponents pinned into its directory
+        self.env, self.policy = parts.env, collection_policy(parts, state.stack)  # seed s on copies [s E, (s+1) E)
+        self.group_dir = seed_group_dir(cfg, self.run_dirs, resume)  # a resumed group's too
+        if self.grouped:
             write_group_file(self.run_dirs, self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
-        self._stop_requested = self._warned_unseeded = False
+        self._stop_requested, self._restart = False, EpisodeRestarts()
 
     @property
     def iteration(self) -> int:
@@ -146,7 +126,7 @@ class Trainer:
 
     @property
     def run_dirs(self) -> list[Path]:
-        return [record.run_dir for record in self.records]
+        return self.records.run_dirs
 
     @property
     def run_dir(self) -> Path:
@@ -172,12 +152,12 @@ class Trainer:
         remaining = -(-remaining // cfg.train.frames_per_batch) * cfg.train.frames_per_batch  # whole batches
         reuse = dict(reuse_batch=not self.callbacks.has("on_batch_collected"))  # a batch no callback reads: not cloned
         collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds, **reuse)
-        self.collector_used = collector_text(collector, self.env, seeds=state.seeds)
+        self.collector_used = collector_text(collector, self.env, seeds=self.seeds if self.grouped else ())
         for record in self.records:
             start_notes(record.run_dir, self.collector_used, cfg.train)
         resumed = self.records[0].resume
         if resumed is not None and resumed.rng is not None:
-            self._restart_episodes(collector, resumed.rng)  # as the uninterrupted run did after this checkpoint
+            self._restart(collector, resumed.rng, cfg.train.seed + self.iteration)  # as the uninterrupted run did
         progress = self.records[0].logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
         try:
             with StopSignals() as stop:
@@ -191,17 +171,18 @@ class Trainer:
                     if stop.requested:
                         raise StopRequested
                     if self.checkpoint_due() and state.frames < cfg.train.total_frames:
-                        for s in self._live():
+                        for s in self.records.live():
                             self._save(s)
-                        self._restart_episodes(collector, self.records[self._live()[0]].snapshot["rng"])
+                        rng = self.records[self.records.live()[0]].snapshot["rng"]
+                        self._restart(collector, rng, cfg.train.seed + self.iteration)
                     if self._stop_requested:  # after this iteration's checkpoint (whose callbacks may ask it)
                         break
                     t0 = time.perf_counter()
         except StopRequested:
-            err = self._interrupted(stop.requested)
+            err = self.records.interrupted(stop.requested, self.state, self._save)
             raise err from None
         except BaseException as err:
-            self._fail_all(err)
+            self.records.fail_all(err)
             raise
         finally:
             progress.close()
@@ -209,7 +190,7 @@ class Trainer:
         try:
             return self.finish()
         except BaseException as err:
-            self._fail_all(err)
+            self.records.fail_all(err)
             raise
 
     def _iterate(self, batch: TensorDictBase, t_collect: float, *, should_stop, progress) -> None:
@@ -217,9 +198,9 @@ class Trainer:
         cfg, parts, state = self.cfg, self.parts, self.state
         t1 = time.perf_counter()
         batch = parts.reward_table(batch)  # elementwise: every seed's env copies at once
-        batch = state.stack.compute_advantages(state.stack.split(batch))  # [S, E, T] for S > 1
+        batch = state.stack.compute_advantages(state.stack.split(batch))  # [S, E, T]
         self.callbacks("on_batch_collected", self, batch)
-        update = algorithm(cfg.loss.algorithm).update_fn(cfg.loss)  # the algorithm's update mode, its options bound
+        update = update_fn(algorithm(cfg.loss.algorithm), cfg.loss)  # the algorithm's update mode, its options bound
         stats = update(
             state.stack,
             state.step,
@@ -241,12 +222,12 @@ class Trainer:
         state.iteration += 1
         state.frames += batch.numel() // state.seeds
         pool_metrics = parts.after_update(state.iteration, batch)  # a pool's ratings and snapshot of this iteration
-        for s in self._live():
+        for s in self.records.live():
             record = self.records[s]
             if not bool(state.step.alive[s]):  # a non-finite loss: this seed stops, its last good state kept
                 record.fail(TrainingError(state.step.failures[s]))
                 continue
-            own, own_stats = (batch, stats) if state.seeds == 1 else (batch[s], stats[s])
+            own, own_stats = batch[s], stats[s]
             state.returns[s] = episode_returns(own, list(parts.groups)) or state.returns[s]
             with state.stack.seed(s) as router:
                 metrics = iteration_metrics(
@@ -271,7 +252,7 @@ class Trainer:
 
     def finish(self) -> dict[str, Any] | list[dict[str, Any]]:
         """Each seed's final checkpoint, evaluation, plots and summary."""
-        return self._result([self._finish_seed(s) for s in self._live()])
+        return self._result([self._finish_seed(s) for s in self.records.live()])
 
     def _finish_seed(self, s: int) -> dict[str, Any]:
         record, state = self.records[s], self.state
@@ -302,15 +283,7 @@ class Trainer:
 
     def close(self) -> None:
         """Closes every seed's loggers and evaluation env (the collector closes the training env)."""
-        for record in self.records:
-            record.close()
-
-    def _live(self) -> list[int]:
-        return [s for s, record in enumerate(self.records) if not record.failed]
-
-    def _fail_all(self, err: BaseException, reason: str | None = None) -> None:
-        for s in self._live():
-            self.records[s].fail(err, reason)
+        self.records.close()
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -321,22 +294,3 @@ class Trainer:
     def _save(self, s: int) -> None:
         """Writes seed ``s``'s last completed iteration (``iter_XXXXX.pt`` and ``last.pt``)."""
         self.callbacks("on_checkpoint", self, self.records[s].save())
-
-    def _restart_episodes(self, collector, rng: dict[str, Any]) -> None:
-        """The envs' episode boundary of a periodic checkpoint (:func:`~marl_ppo.run.resume.restart_episodes`)."""
-        if not restart_episodes(collector, rng, self.cfg.train.seed + self.iteration) and not self._warned_unseeded:
-            self._warned_unseeded = True
-            print(f"marl-ppo: {CANNOT_RESTART}", file=sys.stderr)
-
-    def _interrupted(self, signal_name: str) -> RunInterrupted:
-        """Checkpoints every seed's last completed iteration (rolling back a half-done update) after a signal,
-        closes the seeds' records with ``error.txt`` and returns the error to raise."""
-        errors = []
-        for s in self._live():
-            record = self.records[s]
-            if record.snapshot is not None:
-                if record.saved_iteration != record.snapshot["iteration"]:
-                    self._save(s)
-                self.state.load_state_dict(record.snapshot, seed=s)  # the state in memory matches its checkpoint
-            errors.append(record.interrupted(signal_name, self.iteration))
-        return errors[0]

@@ -34,10 +34,11 @@ from marl_ppo.suite.marl_eval import run_to_marl_eval, write_marl_eval
 from marl_ppo.suite.ray_launcher import connect
 from marl_ppo.suite.runner import writable_folder
 from marl_ppo.suite.spec import SuiteError
-from marl_ppo.suite.tune_spec import TuneSpec, flow
+from marl_ppo.suite.tune_spec import SchedulerSpec, TuneSpec, flow
 from marl_ppo.suite.tune_trial import run_trial
+from marl_ppo.table import resolve
 
-__all__ = ["TrialResult", "TuneResult", "check_tune", "run_tune"]
+__all__ = ["TrialResult", "TuneResult", "check_tune", "run_tune", "fifo_scheduler", "asha_scheduler", "pbt_scheduler"]
 
 
 @dataclass
@@ -85,12 +86,13 @@ def check_tune(spec: TuneSpec) -> Config:
                 load_config(spec.task, [*spec.overrides, domain.override(value)])
             except ConfigError as err:
                 raise SuiteError(f"{spec.source}: {where}.{domain.key}: {err}") from None
-    pbt_keys = [*spec.scheduler.mutations, *(d.key for d in spec.space)] if spec.scheduler.kind == "pbt" else []
-    for key in pbt_keys:
+    exploits = spec.scheduler.row.exploits  # continues trials from others' checkpoints: resumed runs
+    for key in [*spec.scheduler.mutations, *(d.key for d in spec.space)] if exploits else []:
         if not changeable(key):
             raise SuiteError(
-                f"{spec.source}: {key}: PBT continues a trial from another's checkpoint, so its space and mutations "
-                f"may hold only keys a resumed run may change (docs/runs.md); {key} is not one of them"
+                f"{spec.source}: {key}: {spec.scheduler.kind.upper()} continues a trial from another's checkpoint, "
+                "so its space and mutations may hold only keys a resumed run may change (docs/runs.md); "
+                f"{key} is not one of them"
             )
     if spec.metric.startswith("eval/") and base.log.eval_every != 1:
         raise SuiteError(
@@ -118,27 +120,43 @@ def _group_names(cfg: Config) -> list[str]:
 
 
 def _scheduler(spec: TuneSpec, base: Config):
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
+    """The Ray scheduler of the spec's ``scheduler:`` (its line's ``make``)."""
+    return resolve(spec.scheduler.row.make)(spec.scheduler, base)
 
-    s, fpb = spec.scheduler, base.train.frames_per_batch
-    if s.kind == "asha":
-        return ASHAScheduler(
-            time_attr="frames",
-            # past the last report: a trial that reaches its budget ends itself (final evaluation and summary)
-            max_t=s.max_t * fpb if s.max_t else base.train.total_frames + fpb,
-            grace_period=s.grace_period * fpb,
-            reduction_factor=s.reduction_factor,
-        )
-    if s.kind == "pbt":
-        return PopulationBasedTraining(
-            time_attr="frames",
-            perturbation_interval=s.perturbation_interval * fpb,
-            quantile_fraction=s.quantile,
-            hyperparam_mutations={k: d.to_pbt() for k, d in s.mutations.items()},
-            custom_explore_fn=functools.partial(clip_to_domains, s.mutations),
-            synch=s.synch,
-        )
+
+def fifo_scheduler(s: SchedulerSpec, base: Config):
+    """``fifo``: every trial runs its budget."""
+    from ray.tune.schedulers import FIFOScheduler
+
     return FIFOScheduler()
+
+
+def asha_scheduler(s: SchedulerSpec, base: Config):
+    """``asha``: stops bad trials at rungs of ``grace_period`` x ``reduction_factor``^k iterations (in frames)."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    fpb = base.train.frames_per_batch
+    return ASHAScheduler(
+        time_attr="frames",
+        # past the last report: a trial that reaches its budget ends itself (final evaluation and summary)
+        max_t=s.max_t * fpb if s.max_t else base.train.total_frames + fpb,
+        grace_period=s.grace_period * fpb,
+        reduction_factor=s.reduction_factor,
+    )
+
+
+def pbt_scheduler(s: SchedulerSpec, base: Config):
+    """``pbt``: Population Based Training, every ``perturbation_interval`` iterations (in frames)."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    return PopulationBasedTraining(
+        time_attr="frames",
+        perturbation_interval=s.perturbation_interval * base.train.frames_per_batch,
+        quantile_fraction=s.quantile,
+        hyperparam_mutations={k: d.to_pbt() for k, d in s.mutations.items()},
+        custom_explore_fn=functools.partial(clip_to_domains, s.mutations),
+        synch=s.synch,
+    )
 
 
 def clip_to_domains(mutations: dict, config: dict) -> dict:
@@ -209,7 +227,7 @@ def run_tune(
                     storage_path=str(out / "ray"),
                     failure_config=tune.FailureConfig(max_failures=spec.max_failures),
                     # PBT exploits other trials' checkpoints: keep them all (a run's are small) so none goes early
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=None if spec.scheduler.kind == "pbt" else 2),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=None if spec.scheduler.row.exploits else 2),
                     verbose=0,
                 ),
             )

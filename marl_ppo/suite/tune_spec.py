@@ -38,8 +38,20 @@ import yaml
 from marl_ppo.config_files import tune_path
 from marl_ppo.options import ConfigError
 from marl_ppo.suite.spec import SuiteError, as_overrides, check_keys, resolve_task
+from marl_ppo.table import Table
 
-__all__ = ["Domain", "SchedulerSpec", "TuneSpec", "TUNE_KEYS", "DOMAINS", "flow"]
+__all__ = [
+    "Domain",
+    "DomainKind",
+    "DOMAIN_KINDS",
+    "SchedulerKind",
+    "SCHEDULER_KINDS",
+    "SchedulerSpec",
+    "TuneSpec",
+    "TUNE_KEYS",
+    "DOMAINS",
+    "flow",
+]
 
 TUNE_KEYS = (
     "name",
@@ -56,12 +68,77 @@ TUNE_KEYS = (
     "seed",
     "out",
 )
-DOMAINS = ("choice", "grid", "uniform", "loguniform", "randint")
-SCHEDULER_KEYS = {
-    "fifo": ("kind",),
-    "asha": ("kind", "grace_period", "reduction_factor", "max_t"),
-    "pbt": ("kind", "perturbation_interval", "quantile", "mutations", "synch"),
-}
+
+
+@dataclass(frozen=True)
+class DomainKind:
+    """One kind of search domain (a ``space:`` or PBT ``mutations:`` value).
+
+    Attributes:
+        name: how the file writes it (``{uniform: [0.1, 0.3]}``).
+        tune: the ``ray.tune`` function that builds its search space (``grid_search``, ``uniform``).
+        bounds: its arguments are ``[low, high]`` numbers, ``low < high`` (otherwise a list of values, each
+            sampled; PBT shifts a list's value to a neighbour or resamples it, and clips a range's).
+        positive: its bounds must be > 0 (a log scale).
+        integer: its bounds are integers and ``high`` is excluded (Ray Tune's ``randint``).
+        grid: every value is run, ``num_samples`` times each (the ``optuna`` searcher takes none).
+    """
+
+    name: str
+    tune: str
+    bounds: bool = False
+    positive: bool = False
+    integer: bool = False
+    grid: bool = False
+
+
+DOMAIN_KINDS: Table[DomainKind] = Table(
+    "search domain",
+    [
+        DomainKind("choice", "choice"),
+        DomainKind("grid", "grid_search", grid=True),
+        DomainKind("uniform", "uniform", bounds=True),
+        DomainKind("loguniform", "loguniform", bounds=True, positive=True),
+        DomainKind("randint", "randint", bounds=True, integer=True),
+    ],
+)
+DOMAINS = tuple(DOMAIN_KINDS.names())
+
+
+@dataclass(frozen=True)
+class SchedulerKind:
+    """One Ray Tune scheduler ``scheduler: {kind: ...}`` names.
+
+    Attributes:
+        name: its ``kind:``.
+        keys: the keys its ``scheduler:`` mapping takes.
+        make: ``"module:function"`` ``(spec, base) -> scheduler`` (the scheduler spec and the base config),
+            imported when the search starts (Ray is not imported before).
+        exploits: it continues a trial from another trial's checkpoint with perturbed values (PBT): it needs
+            ``mutations``, its space and mutations may hold only keys a resumed run may change, and every
+            trial's checkpoints are kept.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    make: str
+    exploits: bool = False
+
+
+_RUNNER = "marl_ppo.suite.tune_runner"
+SCHEDULER_KINDS: Table[SchedulerKind] = Table(
+    "scheduler",
+    [
+        SchedulerKind("fifo", ("kind",), f"{_RUNNER}:fifo_scheduler"),
+        SchedulerKind("asha", ("kind", "grace_period", "reduction_factor", "max_t"), f"{_RUNNER}:asha_scheduler"),
+        SchedulerKind(
+            "pbt",
+            ("kind", "perturbation_interval", "quantile", "mutations", "synch"),
+            f"{_RUNNER}:pbt_scheduler",
+            exploits=True,
+        ),
+    ],
+)
 
 
 def flow(value: Any) -> str:
@@ -77,56 +154,59 @@ class Domain:
     kind: str
     args: tuple
 
+    @property
+    def row(self) -> DomainKind:
+        """The domain's kind, its line in :data:`DOMAIN_KINDS`."""
+        return DOMAIN_KINDS.lookup(self.kind)
+
     @classmethod
     def parse(cls, key: str, raw: Any, where: str) -> "Domain":
         if not isinstance(raw, Mapping) or len(raw) != 1:
             raise SuiteError(f"{where}: expected one domain such as {{choice: [a, b]}} or {{uniform: [0.1, 0.3]}}")
         ((kind, args),) = raw.items()
-        check_keys(where, [kind], DOMAINS)
+        check_keys(where, [kind], DOMAIN_KINDS.names())
         if not isinstance(args, list) or not args:
             raise SuiteError(f"{where}.{kind}: expected a non-empty list, got {args!r}")
-        if kind in ("uniform", "loguniform", "randint"):
+        row = DOMAIN_KINDS.lookup(kind)
+        if row.bounds:
             if len(args) != 2 or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
                 raise SuiteError(f"{where}.{kind}: expected [low, high] numbers, got {args!r}")
             low, high = args
             if not low < high:
                 raise SuiteError(f"{where}.{kind}: an empty range [{low}, {high}]: low must be < high")
-            if kind == "loguniform" and low <= 0:
-                raise SuiteError(f"{where}.loguniform: bounds must be > 0, got [{low}, {high}]")
-            if kind == "randint" and not all(isinstance(a, int) for a in args):
-                raise SuiteError(f"{where}.randint: integer bounds [low, high) expected, got {args!r}")
+            if row.positive and low <= 0:
+                raise SuiteError(f"{where}.{kind}: bounds must be > 0, got [{low}, {high}]")
+            if row.integer and not all(isinstance(a, int) for a in args):
+                raise SuiteError(f"{where}.{kind}: integer bounds [low, high) expected, got {args!r}")
         return cls(key, kind, tuple(args))
 
     def samples(self) -> list[Any]:
         """Values that stand for the domain when the config checks it (every value, or both ends)."""
-        if self.kind in ("choice", "grid"):
+        if not self.row.bounds:
             return list(self.args)
         low, high = self.args
-        return [low, high - 1] if self.kind == "randint" else [low, high]
+        return [low, high - 1] if self.row.integer else [low, high]
 
     def to_tune(self):
         """The Ray Tune search space object."""
         from ray import tune
 
-        if self.kind == "grid":
-            return tune.grid_search(list(self.args))
-        if self.kind == "choice":
-            return tune.choice(list(self.args))
-        return getattr(tune, self.kind)(*self.args)
+        make = getattr(tune, self.row.tune)
+        return make(*self.args) if self.row.bounds else make(list(self.args))
 
     def to_pbt(self):
         """The domain as a PBT mutation. Ray perturbs a search-space object (``tune.choice`` included) by
         multiplying the current value by 0.8 or 1.2, which would leave a choice's values (or fail on
         strings); a plain list is shifted to a neighbouring value or resampled, within the list."""
-        return list(self.args) if self.kind in ("choice", "grid") else self.to_tune()
+        return self.to_tune() if self.row.bounds else list(self.args)
 
     def clip(self, value: Any) -> Any:
         """A PBT-perturbed value brought back into the domain's range (Ray's ``* 1.2`` does not look at
         the bounds: ``uniform: [0.9, 0.999]`` for ``gamma`` would reach 1.2); lists are left alone."""
-        if self.kind in ("choice", "grid"):
+        if not self.row.bounds:
             return value
         low, high = self.args
-        return min(max(value, low), high - 1 if self.kind == "randint" else high)
+        return min(max(value, low), high - 1 if self.row.integer else high)
 
     def override(self, value: Any) -> str:
         return f"{self.key}={flow(value)}"
@@ -146,6 +226,11 @@ class SchedulerSpec:
     mutations: dict[str, Domain] = field(default_factory=dict)
     synch: bool = False  # PBT: exploit only once every live trial has reached the interval (Ray's `synch`)
 
+    @property
+    def row(self) -> SchedulerKind:
+        """The scheduler's kind, its line in :data:`SCHEDULER_KINDS`."""
+        return SCHEDULER_KINDS.lookup(self.kind)
+
     @classmethod
     def parse(cls, raw: Any, where: str) -> "SchedulerSpec":
         if isinstance(raw, str):
@@ -153,8 +238,8 @@ class SchedulerSpec:
         if not isinstance(raw, Mapping):
             raise SuiteError(f"{where}: expected fifo, asha or pbt, or a mapping with kind:, got {raw!r}")
         kind = raw.get("kind", "fifo")
-        check_keys(f"{where}.kind", [kind], tuple(SCHEDULER_KEYS))
-        check_keys(where, raw, SCHEDULER_KEYS[kind])
+        check_keys(f"{where}.kind", [kind], SCHEDULER_KINDS.names())
+        check_keys(where, raw, SCHEDULER_KINDS.lookup(kind).keys)
         kw = {k: v for k, v in raw.items() if k != "mutations"}
         if "mutations" in raw:
             if not isinstance(raw["mutations"], Mapping) or not raw["mutations"]:
@@ -170,8 +255,8 @@ class SchedulerSpec:
             raise SuiteError(f"{where}.reduction_factor must be > 1, got {spec.reduction_factor!r}")
         if not 0 < spec.quantile <= 0.5:
             raise SuiteError(f"{where}.quantile must be in (0, 0.5], got {spec.quantile!r}")
-        if kind == "pbt" and not spec.mutations:
-            raise SuiteError(f"{where}: pbt needs mutations: the keys it may perturb, each a domain")
+        if spec.row.exploits and not spec.mutations:
+            raise SuiteError(f"{where}: {kind} needs mutations: the keys it may perturb, each a domain")
         return spec
 
 
@@ -258,7 +343,7 @@ class TuneSpec:
             raise SuiteError(f"{where}: max_failures must be an integer >= 0, got {self.max_failures!r}")
         if not self.cpus > 0 or self.gpus < 0:
             raise SuiteError(f"{where}: resources need cpus > 0 and gpus >= 0, got {self.cpus}, {self.gpus}")
-        if self.searcher == "optuna" and any(d.kind == "grid" for d in self.space):
+        if self.searcher == "optuna" and any(d.row.grid for d in self.space):
             raise SuiteError(f"{where}: the optuna searcher takes no grid: domain (use choice:)")
         kind, _, tail = self.metric.partition("/")
         if kind not in ("eval", "collect") or not tail.endswith("/episode_reward") or tail.count("/") != 1:

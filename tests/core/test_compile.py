@@ -14,7 +14,7 @@ import torch
 from torch.testing import assert_close
 
 from marl_ppo.config import load_config
-from marl_ppo.core.aggregate import total_loss
+from marl_ppo.core.aggregate import AggregatedStep, total_loss
 from marl_ppo.core.update import ppo_update, update_keys
 from marl_ppo.models.activations import Tanh, aten_tanh
 from marl_ppo.run.build import build
@@ -45,17 +45,18 @@ def test_compiled_losses_and_gradients_match_eager():
     # a few compiled epochs move the policy (ratios leave 1); then both routers hold those weights.
     # Comparing whole runs instead would compare chaos: Adam's first steps move every weight by about
     # lr whatever the gradient's size, so float32 rounding in tiny gradients grows step after step.
-    stats = ppo_update(compiled.router, compiled.step, batch.clone(), num_epochs=3, minibatch_size=20)
+    step = AggregatedStep(compiled.router, lr=1e-3)
+    stats = ppo_update(compiled.router, step, batch.clone(), num_epochs=3, minibatch_size=20)
     assert compiled.router._compiled_call_impl is not None and eager.router._compiled_call_impl is None
     assert torch.isfinite(stats["loss"])
     # a later update reuses the compiled graph: nothing the update does invalidates its guards
     with torch.compiler.set_stance("fail_on_recompile"):
-        ppo_update(compiled.router, compiled.step, batch.clone(), num_epochs=1, minibatch_size=20)
+        ppo_update(compiled.router, step, batch.clone(), num_epochs=1, minibatch_size=20)
     eager.router.load_state_dict(compiled.router.state_dict())
     minibatch = batch.select(*update_keys(eager.router)).reshape(-1)[:40]
     out = {}
     for name, parts in (("eager", eager), ("compiled", compiled)):
-        parts.step.optimizer.zero_grad(set_to_none=True)
+        parts.router.zero_grad(set_to_none=True)
         losses = parts.router(minibatch)
         total_loss(losses).backward()
         out[name] = losses

@@ -64,8 +64,8 @@ def test_the_second_group_is_weighted_by_the_first_groups_joint_ratio_after_its_
         dist = router.losses["a"].actor_network.get_dist(batch)
         log_ratio = dist.log_prob(batch["a", "action"]) - batch["a", "action_log_prob"]
     m = log_ratio.sum(-1).exp()  # over a's two agents: the joint action's ratio, per sample
-    assert seen["b"].shape == (*batch.shape, 3, 1)
-    assert_close(seen["b"], m[..., None, None].expand(*batch.shape, 3, 1), rtol=1e-5, atol=1e-6)
+    assert seen["b"].shape == (1, *batch.shape, 3, 1)  # the update's batch carries the seed dim, S = 1
+    assert_close(seen["b"][0], m[..., None, None].expand(*batch.shape, 3, 1), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(m, torch.ones_like(m), atol=1e-3)  # the policy moved: M is not 1
 
 
@@ -89,12 +89,12 @@ def test_the_agents_of_a_group_without_shared_parameters_are_units_of_their_own(
     monkeypatch.setattr(happo, "ppo_update", spy)
     happo_update(router, AggregatedStep(router, lr=1e-2), batch, num_epochs=2, minibatch_size=8, order="fixed")
     (w0, mask0, moved0), (w1, mask1, moved1), (_, mask_c, _) = seen
-    assert w0 is None and mask0[..., :, 0].tolist() == [[[True, False]] * T] * B and mask_c is None
+    assert w0 is None and mask0[0, ..., :, 0].tolist() == [[[True, False]] * T] * B and mask_c is None  # seed 0's
     assert all(m == [True, False] for m in moved0) and all(m == [False, True] for m in moved1)  # one agent each
     with torch.no_grad():  # M for agent 1: agent 0's ratio alone, after its update
         dist = router.losses["a"].actor_network.get_dist(batch)
         log_ratio = (dist.log_prob(batch["a", "action"]) - batch["a", "action_log_prob"])[..., 0]
-    assert_close(w1[..., 1, 0], log_ratio.exp(), rtol=1e-5, atol=1e-6)
+    assert_close(w1[0, ..., 1, 0], log_ratio.exp(), rtol=1e-5, atol=1e-6)
 
 
 def test_one_group_with_its_critic_is_the_joint_step_bit_for_bit():
@@ -222,7 +222,7 @@ def test_each_seed_of_a_stack_updates_as_its_single_happo_run(case):
         parts.env.close()
         runs.append((parts, batch))
     assert len(happo.units_of(runs[0][0].router)) > 1  # a sequence of units: M is not all ones
-    lr = runs[0][0].step.optimizer.param_groups[0]["lr"]
+    lr = cfg.train.lr
     seq_len = 4 if runs[0][0].router.recurrent_keys else None
     run = dict(num_epochs=EPOCHS, minibatch_size=MINIBATCH, seq_len=seq_len, order="fixed")
     stack = SeedStack([copy.deepcopy(parts.router) for parts, _ in runs])
@@ -264,7 +264,9 @@ def test_a_stack_of_seeds_refuses_a_random_order_of_units():
     stack = SeedStack(routers)
     step = AggregatedStep(stack.trainable, lr=1e-3, seeds=2)
     with pytest.raises(ValueError, match="set loss.happo.order=fixed"):
-        happo_update(stack, step, TensorDict(batch_size=[2, 4]), num_epochs=1, minibatch_size=2, order="random")
+        generators = [torch.Generator().manual_seed(s) for s in range(2)]
+        batch = TensorDict(batch_size=[2, 4])
+        happo_update(stack, step, batch, num_epochs=1, minibatch_size=2, order="random", generator=generators)
 
 
 @pytest.mark.parametrize(

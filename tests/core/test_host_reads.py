@@ -92,8 +92,9 @@ def test_no_host_read_in_a_masked_turn_based_gradient_step():
     parts.env.close()
     parts.router.compute_advantages(batch)
     minibatch = batch.reshape(-1)[:16]
+    step = AggregatedStep(parts.router, lr=1e-3)
     with HostReads() as reads:
-        parts.step(parts.router(minibatch))
+        step(parts.router(minibatch))
     assert reads.total == 0, dict(reads.lines)
 
 

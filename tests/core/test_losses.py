@@ -17,7 +17,7 @@ from marl_ppo.core.losses import OVERRIDDEN, _PerHeadLoss, per_head_loss
 
 
 def test_the_algorithms_train_with_torchrls_ppo_losses():
-    assert {a.loss_class() for a in ALGORITHMS.values()} == {MAPPOLoss, IPPOLoss, ClipPPOLoss}
+    assert {a.loss_class() for a in ALGORITHMS} == {MAPPOLoss, IPPOLoss, ClipPPOLoss}
 
 
 @pytest.mark.parametrize("base", [MAPPOLoss, IPPOLoss, ClipPPOLoss], ids=lambda c: c.__name__)
@@ -32,7 +32,7 @@ def test_overridden_method_exists_with_our_signature(base, name):
 def test_every_override_is_listed():
     ours = {n for n, v in vars(_PerHeadLoss).items() if callable(v) and n.startswith("_") and not n.startswith("__")}
     assert ours == set(OVERRIDDEN), "list each overridden torchrl method in marl_ppo.core.losses.OVERRIDDEN"
-    assert all(issubclass(per_head_loss(a.loss_class()), _PerHeadLoss) for a in ALGORITHMS.values())
+    assert all(issubclass(per_head_loss(a.loss_class()), _PerHeadLoss) for a in ALGORITHMS)
 
 
 def test_entropy_without_torchrls_finiteness_read_has_torchrls_values():

@@ -65,8 +65,8 @@ def _seeds(case: str, seeds: int = SEEDS):
 def _single(parts, batch, s: int):
     """Seed s alone: its advantages, then an epoch of ppo_update with its own minibatch generator."""
     router = copy.deepcopy(parts.router)
-    cfg_step = parts.step
-    step = AggregatedStep(router, lr=cfg_step.optimizer.param_groups[0]["lr"], max_grad_norm=cfg_step.max_grad_norm)
+    train = load_config(None, BASE).train
+    step = AggregatedStep(router, lr=train.lr, max_grad_norm=train.max_grad_norm)
     batch = router.compute_advantages(batch.clone())
     generator = torch.Generator().manual_seed(1000 + s)
     seq_len = 4 if router.recurrent_keys else None
@@ -81,8 +81,8 @@ def _stacked(runs):
     stack = SeedStack(routers)
     step = AggregatedStep(
         stack.trainable,
-        lr=runs[0][0].step.optimizer.param_groups[0]["lr"],
-        max_grad_norm=runs[0][0].step.max_grad_norm,
+        lr=load_config(None, BASE).train.lr,
+        max_grad_norm=load_config(None, BASE).train.max_grad_norm,
         seeds=stack.seeds,
     )
     batch = stack.compute_advantages(stack.split(torch.cat([b for _, b in runs])))  # [S * E, T] as collected
@@ -96,7 +96,7 @@ def _stacked(runs):
 
 @pytest.mark.parametrize("case, seeds", [(c, SEEDS) for c in sorted(CASES)] + [("mappo", 1)])
 def test_each_seed_updates_as_its_single_run(case, seeds):
-    """(One seed is the single run's own router and step: no stack, no vmap.)"""
+    """(One seed stores the single run's own tensors: no stacking, no vmap; its stats still come ``[1]``.)"""
     runs = _seeds(case, seeds)
     stack, step, stats = _stacked(runs)
     for s, (parts, batch) in enumerate(runs):
@@ -111,15 +111,16 @@ def test_each_seed_updates_as_its_single_run(case, seeds):
         for p_single, p_stacked in zip(single_step.params, step.params, strict=True):
             m_single, m_stacked = single_step.optimizer.state[p_single], step.optimizer.state[p_stacked]
             for moment in ("exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(_of(m_stacked[moment], s, seeds), m_single[moment], rtol=0, atol=1e-5)
+                torch.testing.assert_close(_of(m_stacked[moment], s, seeds, True), m_single[moment], rtol=0, atol=1e-5)
         for key in single_stats.keys(include_nested=True, leaves_only=True):
             got = _of(stats.get(key), s, seeds)
             torch.testing.assert_close(got, single_stats.get(key), rtol=1e-4, atol=1e-5, msg=str(key))
 
 
-def _of(value: torch.Tensor, s: int, seeds: int) -> torch.Tensor:
-    """Seed s's slice of a stacked value (one seed: the value itself, the router's own)."""
-    return value if seeds == 1 else value[s]
+def _of(value: torch.Tensor, s: int, seeds: int, stored: bool = False) -> torch.Tensor:
+    """Seed s's slice of a value ``[S, ...]``; a stored tensor (a parameter's Adam moment) of one seed is the
+    router's own, unstacked."""
+    return value if stored and seeds == 1 else value[s]
 
 
 @pytest.mark.parametrize("change", ["nan", "scaled"])

@@ -175,12 +175,12 @@ def test_a_scout_learns_to_read_its_picture(tmp_path, capsys):
 
 
 @pytest.fixture
-def image_depot_kind():
+def image_depot_kind(monkeypatch):
+    monkeypatch.setattr(ENV_KINDS, "_rows", dict(ENV_KINDS._rows))  # the kind is gone after the test
     make = lambda cfg, *, seed, num_envs, device=None: custom_envs.ImageDepot(  # noqa: E731
         num_envs=num_envs, max_steps=cfg.max_steps, seed=seed, device=device or "cpu"
     )
-    yield register_env_kind(EnvKind("image_depot", make, vectorised=True, seeds_in_one_env=True))
-    ENV_KINDS.pop("image_depot")
+    return register_env_kind(EnvKind("image_depot", make, vectorised=True, seeds_in_one_env=True))
 
 
 def test_two_seeds_train_a_cnn_in_one_process_and_the_batch_keeps_uint8(image_depot_kind, tmp_path):

@@ -87,7 +87,7 @@ def test_a_pool_seat_of_frozen_snapshots_is_no_happo_unit(tmp_path, units):
     assert len(snapshots) == 1 and _same(before, snapshots.params)
     # the shared policy took the learner's steps only: 2 updates x 1 epoch x 2 minibatches (a pass of the
     # seat's empty loss would have added 4 Adam steps on a zero gradient, moving it on its momentum)
-    optimizer, seat = trainer.parts.step.optimizer, trainer.parts.router.losses["player_2"].actor_network
+    optimizer, seat = trainer.state.step.optimizer, trainer.parts.router.losses["player_2"].actor_network
     steps = {int(optimizer.state[p]["step"]) for p in seat.parameters()}
     assert steps == {4}
     for opponent, train_mask in seen:  # every game against the snapshot; no player_2 step enters a loss
@@ -105,7 +105,7 @@ def test_a_batch_whose_every_loss_mask_is_empty_takes_no_happo_step(tmp_path, un
     trainer.fit()
     assert units == [[], []]
     assert _same(before, _state(trainer.parts.router.losses["player_1"].actor_network))
-    assert not trainer.parts.step.optimizer.state
+    assert not trainer.state.step.optimizer.state
 
 
 def test_a_pool_of_the_learners_own_past_plays_beside_every_happo_unit(tmp_path, units):

@@ -45,7 +45,7 @@ def test_a_frozen_opponent_has_no_gradient_and_never_changes(tmp_path):
     opponent = trainer.parts.opponents["player_2"]
     before = {k: v.clone() for k, v in opponent.state_dict().items()}
     assert before and all(not p.requires_grad for p in opponent.parameters())
-    trained = {id(p) for group in trainer.parts.step.optimizer.param_groups for p in group["params"]}
+    trained = {id(p) for group in trainer.state.step.optimizer.param_groups for p in group["params"]}
     assert not trained & {id(p) for p in opponent.parameters()}
     assert list(trainer.parts.router.groups) == ["player_1"]
     trainer.fit()

@@ -12,7 +12,7 @@ from torchrl.collectors import Collector
 
 from marl_ppo.config import load_config
 from marl_ppo.core.update import ppo_update
-from marl_ppo.run.build import build, load_policy
+from marl_ppo.run.build import build, load_policy, train_state
 from marl_ppo.run.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -64,14 +64,15 @@ def test_collect_and_update_on_cuda():
     parts.router.compute_advantages(batch)
     assert _cuda(batch.get(("agents", "advantage"))) and _cuda(batch.get(("agents", "value_target")))
     before = [p.detach().clone() for p in parts.router.parameters()]
+    step = train_state(cfg, parts).step
     stats = ppo_update(
-        parts.router, parts.step, batch, num_epochs=cfg.train.num_epochs, minibatch_size=cfg.train.minibatch_size
+        parts.router, step, batch, num_epochs=cfg.train.num_epochs, minibatch_size=cfg.train.minibatch_size
     )
     assert torch.isfinite(stats["loss"]).all() and _cuda(stats["loss"])
     after = list(parts.router.parameters())
     assert all(_cuda(p) for p in after)
     assert any(not torch.equal(a, b) for a, b in zip(before, after)), "the update changed nothing"
-    for state in parts.step.optimizer.state.values():
+    for state in step.optimizer.state.values():
         for k, v in state.items():
             if torch.is_tensor(v) and v.ndim:
                 assert _cuda(v), f"Adam state {k} on {v.device}"

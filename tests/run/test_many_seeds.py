@@ -207,7 +207,7 @@ def test_each_seeds_entropy_schedule_reaches_the_stacked_update(tiny_config, tmp
         used = [-loss / (c * entropy) for (_, loss), c, (_, entropy) in
                 zip(scalars["train/agents/loss_entropy"], logged, scalars["train/agents/entropy"])]  # fmt: skip
         assert used == pytest.approx([1.0, 1.0], rel=1e-4)  # the losses were computed with those coefficients
-        stacked = group.state.stack.stacked("losses.agents.head_entropy_coeffs")[s]
+        stacked = group.state.stack.stored("losses.agents.head_entropy_coeffs")[s]
         assert stacked.tolist() == pytest.approx([0.1])  # the configured one: the schedule is the state's value
     assert group.state.entropy_scale == pytest.approx(0.5)  # what a third update would use
 
@@ -330,34 +330,40 @@ def test_a_recurrent_seeds_collection_policy_acts_as_each_seeds_own(kind):
 
 
 def test_a_group_holds_one_copy_of_its_state(tiny_config, tmp_path, monkeypatch):
-    """No shadow runs: once the group is built, the seeds' own routers and optimizers are gone; the template
-    router's tensors are slices of the stacked storages, which the one optimizer steps."""
+    """Built once: one env of S x E copies, one template router; the other seeds' initial routers are gone once
+    stacked; the template router's tensors are slices of the stacked storages, which the one optimizer steps."""
     import gc
     import weakref
 
+    import marl_ppo.run.build as build_module
     import marl_ppo.run.trainer as trainer_module
 
-    built = []
+    built, routers = [], []
 
     def build_and_watch(*args, **kwargs):
-        parts = build(*args, **kwargs)
-        built.append((weakref.ref(parts.router), weakref.ref(parts.step), weakref.ref(parts.step.optimizer)))
-        return parts
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    real_router = build_module.initial_router
+
+    def router_and_watch(*args, **kwargs):
+        router = real_router(*args, **kwargs)
+        routers.append(weakref.ref(router))
+        return router
 
     monkeypatch.setattr(trainer_module, "build", build_and_watch)
-    group = Trainer(tiny_config(overrides=["train.seeds=[0,1,2]", f"log.root={tmp_path}"]))
+    monkeypatch.setattr(build_module, "initial_router", router_and_watch)
+    group = Trainer(tiny_config(overrides=["train.seeds=[0,1,2]", f"log.root={tmp_path}", "env.num_envs=2"]))
     gc.collect()
-    assert len(built) == 3
+    assert len(built) == 1 and built[0] is group.parts and group.parts.env.batch_size[0] == 3 * 2
     template = group.state.router
-    assert [router() is not None for router, _, _ in built] == [True, False, False]  # seed 0's is the template
-    assert built[0][0]() is template
-    assert all(step() is None and optimizer() is None for _, step, optimizer in built)  # one step, one optimizer
-    assert group.parts.step is group.state.step and group.state.step.params == group.state.stack.trainable
+    assert [router() is not None for router in routers] == [True, False, False]  # seed 0's is the template
+    assert routers[0]() is template is group.parts.router
     stacked = {t.untyped_storage().data_ptr() for t in group.state.stack.params.values(True, True)}
     own = {name: t.untyped_storage().data_ptr() for name, t in template.state_dict(keep_vars=True).items()}
     assert own and all(ptr in stacked for ptr in own.values()), [n for n, p in own.items() if p not in stacked]
     optimized = {p.untyped_storage().data_ptr() for g in group.state.step.optimizer.param_groups for p in g["params"]}
-    assert optimized <= stacked
+    assert optimized <= stacked and group.state.step.params == group.state.stack.trainable
     group.close()
     group.env.close()
 
@@ -444,3 +450,22 @@ def test_a_signal_to_a_group_checkpoints_every_seed_and_resume_ends_as_the_unint
         assert comparable(resumed) == comparable(straight)
         assert not (resumed / "error.txt").exists()  # moved into resume.log by the resume
     load_config(tmp_path / "cut" / "g-seed0" / "config.yaml")  # each seed's record stays a single run's
+
+
+def test_each_seed_of_a_group_starts_from_its_single_runs_parameters(tiny_config, tmp_path):
+    """Built once, each seed's initial parameters drawn from its own seed: seed s starts from the same parameters
+    alone or in a group (bit for bit), and the seeds start apart."""
+    group = Trainer(tiny_config(overrides=["train.seeds=[0,1,2]", f"log.root={tmp_path / 'group'}"]))
+    starts = []
+    for s in range(3):
+        alone = Trainer(tiny_config(overrides=[f"train.seed={s}"]), run_dir=tmp_path / f"alone{s}")
+        want, got = alone.state.stack.state_dict(0), group.state.stack.state_dict(s)
+        assert sorted(want) == sorted(got)
+        assert all(torch.equal(got[k], v) for k, v in want.items()), f"seed {s}"
+        starts.append(got)
+        alone.close()
+        alone.env.close()
+    weights = [k for k in starts[0] if k.endswith("weight")]
+    assert weights and not any(torch.equal(starts[0][k], starts[1][k]) for k in weights)
+    group.close()
+    group.env.close()

@@ -4,7 +4,8 @@
 * an env kind (:mod:`marl_ppo.envs.kinds`): the depot game of ``tests/envs/custom_envs.py`` made by a
   function of this file, registered, trained as two seeds in one process (its copies batched in one
   env), evaluated by the run's own evaluation, and refused once it is gone;
-* an algorithm (:mod:`marl_ppo.algorithms`) with an update mode of its own, run by the trainer;
+* an algorithm (:mod:`marl_ppo.algorithms`) with an update mode of its own
+  (:mod:`marl_ppo.core.update_modes`), run by the trainer;
 * a model kind (:mod:`marl_ppo.models.registry`): a trunk of this file with an option of its own, fed
   the group's observation spec (two entries per agent here) and reporting its width, as actor and
   as centralised critic, for one seed and two.
@@ -23,6 +24,7 @@ from torchrl.data import Composite, Unbounded
 from marl_ppo.algorithms import ALGORITHMS, Algorithm, register_algorithm
 from marl_ppo.cli import main
 from marl_ppo.core.update import ppo_update
+from marl_ppo.core.update_modes import UPDATE_MODES, UpdateMode
 from marl_ppo.envs.kinds import ENV_KINDS, EnvKind, register_env_kind
 from marl_ppo.models.registry import MODEL_KINDS, ModelKind, Trunk, register_model_kind
 from tests.envs.custom_envs import DepotEnv
@@ -42,16 +44,26 @@ TINY = [
 ]
 
 
+@pytest.fixture
+def isolated(monkeypatch):
+    """``isolated(*tables)``: what this test registers in each table is gone after it."""
+
+    def isolate(*tables):
+        for table in tables:
+            monkeypatch.setattr(table, "_rows", dict(table._rows))
+
+    return isolate
+
+
 def make_depot(cfg, *, seed: int, num_envs: int, device=None) -> DepotEnv:
     """An env kind of this file: the depot game, sized by ``env.num_envs`` and ``env.max_steps``."""
     return DepotEnv(num_envs=num_envs, max_steps=cfg.max_steps, seed=seed, device=device or "cpu")
 
 
 @pytest.fixture
-def depot_kind():
-    kind = register_env_kind(EnvKind("depot", make_depot, vectorised=True, seeds_in_one_env=True))
-    yield kind
-    ENV_KINDS.pop("depot")
+def depot_kind(isolated):
+    isolated(ENV_KINDS)
+    return register_env_kind(EnvKind("depot", make_depot, vectorised=True, seeds_in_one_env=True))
 
 
 def test_an_env_kind_is_one_table_line_and_trains_through_the_command_line(depot_kind, tmp_path, capsys):
@@ -84,13 +96,14 @@ def halved_epochs(model, step, batch, *, num_epochs, **kwargs):
 
 
 @pytest.fixture
-def halved_algorithm():
+def halved_algorithm(isolated):
+    isolated(ALGORITHMS, UPDATE_MODES)
+    UPDATE_MODES.register(UpdateMode("halved", halved_epochs))
     entry = register_algorithm(
-        Algorithm("ippo_half", "torchrl.objectives.multiagent:IPPOLoss", "decentralised", update=halved_epochs)
+        Algorithm("ippo_half", "torchrl.objectives.multiagent:IPPOLoss", "decentralised", update="halved")
     )
     UPDATES.clear()
-    yield entry
-    ALGORITHMS.pop("ippo_half")
+    return entry
 
 
 @pytest.mark.parametrize("seeds", ["[0]", "[0,1]"])
@@ -150,7 +163,8 @@ def normed_trunk(group, inputs, *, role, centralized, share_params, hidden, acti
 
 
 @pytest.fixture
-def normed_kind():
+def normed_kind(isolated):
+    isolated(MODEL_KINDS, ENV_KINDS)
     kinds = [
         register_model_kind(ModelKind("normed", normed_trunk, options={"width": 32})),
         register_env_kind(
@@ -164,8 +178,7 @@ def normed_kind():
         ),
     ]
     SEEN.clear()
-    yield kinds
-    MODEL_KINDS.pop("normed"), ENV_KINDS.pop("split_depot")
+    return kinds
 
 
 @pytest.mark.parametrize("seeds", ["[0]", "[0,1]"])

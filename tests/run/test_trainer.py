@@ -219,7 +219,7 @@ def test_resume_restores_optimizer_and_lr_schedule(tmp_path, dying_update, tiny_
     resumed = Trainer(cfg, run_dir=run, resume=True)
     # linear decay over 4 iterations: after 2 of them the lr is half
     assert resumed.scheduler.get_last_lr()[0] == pytest.approx(0.5e-3)
-    opt_state = resumed.parts.step.optimizer.state_dict()["state"]
+    opt_state = resumed.state.step.optimizer.state_dict()["state"]
     assert opt_state and all(int(s["step"]) == 2 for s in opt_state.values())
     for k, v in opt_state.items():
         assert torch.equal(v["exp_avg"], state["optimizer"]["state"][k]["exp_avg"])
@@ -488,7 +488,7 @@ def test_non_finite_loss_checked_once_per_epoch_names_the_bad_minibatch(monkeypa
 
     monkeypatch.setattr(GroupRouter, "forward", forward_nan_on_second_call)
     with pytest.raises(TrainingError, match="agents/loss_critic=nan"):
-        update_mod.ppo_update(parts.router, parts.step, batch, num_epochs=3, minibatch_size=10, check_each_step=False)
+        update_mod.ppo_update(parts.router, build_mod.train_state(tiny_config(), parts).step, batch, num_epochs=3, minibatch_size=10, check_each_step=False)
     assert calls["n"] == 4  # the first epoch (4 minibatches of 10) ran to its end, then stopped
 
 
