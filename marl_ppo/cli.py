@@ -69,11 +69,7 @@ def _train(args: argparse.Namespace) -> int:
 
             trainer = Trainer(cfg, run_dir=run_dir, resume=True)
     else:
-        cfg = load_config(config, overrides)
-        if len(cfg.train.seeds) > 1:
-            from marl_ppo.run.seeds import check_seeds
-
-            check_seeds(cfg)  # before torch builds anything
+        cfg = load_config(config, overrides)  # what train.seeds cannot run is refused here
         from marl_ppo.run.trainer import Trainer
 
         trainer = Trainer(cfg)
@@ -101,11 +97,7 @@ def _inspect(args: argparse.Namespace, config: str | None, overrides: list[str])
     from marl_ppo.config import load_config, to_yaml
 
     source = Path(args.resume) / "config.yaml" if args.resume else config
-    cfg = load_config(source, overrides)
-    if len(cfg.train.seeds) > 1:  # every check train runs before it builds anything
-        from marl_ppo.run.seeds import check_seeds
-
-        check_seeds(cfg)
+    cfg = load_config(source, overrides)  # every check train runs before it builds anything
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0

@@ -231,13 +231,13 @@ class Config:
     def __post_init__(self) -> None:
         for group, source in self.opponents.items():
             parse_source(f"opponents.{group}", source)
-        pooled = any(parse_source("", s).kind == "pool" for s in self.opponents.values())
-        for i, source in enumerate(self.log.eval_opponents):
-            kind = parse_source(f"log.eval_opponents[{i}]", source).kind
-            if kind == "self" or (kind == "pool" and not pooled):
+        pooled = any(parse_source("", s).pool for s in self.opponents.values())
+        for i, text in enumerate(self.log.eval_opponents):
+            source = parse_source(f"log.eval_opponents[{i}]", text)
+            if not source.plays and not (source.pool and pooled):
                 raise ConfigError(
-                    f"log.eval_opponents[{i}]: {source!r} is how a group trains, not an opponent to play"
-                    + ("" if kind == "self" else " (pool plays a run's snapshots; this config has no pool seat)")
+                    f"log.eval_opponents[{i}]: {text!r} is how a group trains, not an opponent to play"
+                    + (" (pool plays a run's snapshots; this config has no pool seat)" if source.pool else "")
                 )
         if pooled and not self.log.eval_deterministic:  # a pool seat draws its snapshots when actions are sampled
             raise ConfigError("log.eval_deterministic=false: a pool seat would play its snapshots in the evaluations")
@@ -265,6 +265,9 @@ class Config:
                 f"train.collector.num_collectors ({workers}): each worker steps the same number of envs"
             )
         self._check_model()
+        why = self.seed_refusals() if len(self.train.seeds) > 1 else []
+        if why:
+            raise ConfigError(f"train.seeds={self.train.seeds}: many seeds in one process do not support {why[0]}")
         every = self.log.checkpoint_every
         if every and env.bounds_episodes and every * self.steps_per_batch < env.max_steps:
             # every periodic checkpoint restarts the envs' episodes (that is what makes resume exact)
@@ -275,6 +278,35 @@ class Config:
                 f"could reach its end; use log.checkpoint_every >= {-(-env.max_steps // self.steps_per_batch)} "
                 "(or 0: a checkpoint at the end only)"
             )
+
+    def seed_refusals(self) -> list[str]:
+        """What ``train.seeds`` cannot run with, each with its hard reason: the one list, read once here.
+        Everything else (custom envs taking ``num_envs``, frozen opponents, callbacks, video) runs with 1..S
+        seeds alike."""
+        from marl_ppo.envs.kinds import env_kind
+
+        why = []
+        if not env_kind(self.env.kind).seeds_in_one_env:
+            why.append(f"env.kind={self.env.kind} (its env cannot hold every seed's copies in one batch)")
+        if self.train.collector.backend != "direct":
+            why.append(
+                f"train.collector.backend={self.train.collector.backend} (the workers' policy copies are synced "
+                "from the policy's modules; the seeds' stacked tensors live outside them)"
+            )
+        pools = [g for g, text in self.opponents.items() if parse_source("", text).pool]
+        if pools:
+            why.append(f"opponents {pools} from a pool (each seed would need its own snapshots; they are not stacked)")
+        if self.loss.value_norm == "popart":
+            why.append("loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)")
+        if self.train.compile:
+            why.append("train.compile=true (torch.compile of the vmapped, stacked loss is not supported)")
+        if algorithm(self.loss.algorithm).sequential and self.loss.happo.order != "fixed":
+            why.append(
+                f"loss.algorithm={self.loss.algorithm} with loss.happo.order={self.loss.happo.order} (each seed would "
+                "draw its own order of the units, but a pass of the update trains the same unit of every seed; set "
+                "loss.happo.order=fixed (one order for all seeds) or run the seeds one at a time)"
+            )
+        return why
 
     def _check_model(self) -> None:
         model, train = self.model, self.train

@@ -21,8 +21,11 @@ closest names).
 Traceback (most recent call last):
 ...
 ValueError: unknown colour 'rde' (did you mean 'red'?); registered: ['green', 'red']
->>> colours.register(Colour("blue", (0, 0, 255))).name, "blue" in colours
+>>> with colours.scoped():
+...     colours.register(Colour("blue", (0, 0, 255))).name, "blue" in colours
 ('blue', True)
+>>> "blue" in colours
+False
 >>> colours.register(Colour("red"))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -31,6 +34,7 @@ ValueError: colour 'red' is registered already (Colour(name='red', rgb=(255, 0, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 from collections.abc import Callable, Iterable, Iterator
@@ -75,6 +79,21 @@ class Table(Generic[Row]):
             raise ValueError(f"{self.kind} {name!r} is registered already ({self._rows[name]})")
         self._rows[name] = row
         return row
+
+    def unregister(self, name: str) -> Row:
+        """Removes the row ``name`` and returns it (an unknown name raises as :meth:`lookup` does)."""
+        row = self.lookup(name)
+        del self._rows[name]
+        return row
+
+    @contextlib.contextmanager
+    def scoped(self) -> Iterator[Table[Row]]:
+        """A block whose registrations are gone after it (a test, a notebook trying a variant out)."""
+        kept = dict(self._rows)
+        try:
+            yield self
+        finally:
+            self._rows = kept
 
     def names(self) -> list[str]:
         return list(self._rows)

@@ -84,3 +84,12 @@ def dying_update(monkeypatch):
 
     arm.disarm = lambda: monkeypatch.setattr(update_mod, "ppo_update", real_update)
     return arm
+
+
+@pytest.fixture
+def isolated():
+    """``isolated(*tables)``: what this test registers in each :class:`~marl_ppo.table.Table` is gone after it."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        yield lambda *tables: [stack.enter_context(table.scoped()) for table in tables]

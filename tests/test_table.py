@@ -19,17 +19,6 @@ from marl_ppo.options import ConfigError
 from marl_ppo.run.logger import BACKENDS, Backend, RunLogger, read_scalars
 
 
-@pytest.fixture
-def isolated(monkeypatch):
-    """``isolated(*tables)``: what this test registers in each table is gone after it."""
-
-    def isolate(*tables):
-        for table in tables:
-            monkeypatch.setattr(table, "_rows", dict(table._rows))
-
-    return isolate
-
-
 @pytest.mark.parametrize(
     "lookup, name, words",
     [

@@ -27,7 +27,9 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`, a
 * which of the env options beyond the common ones it reads: ``takes_factory`` (``env.factory`` names
   the env, ``env.kwargs`` go to it, ``env.scenario`` is unused), ``reads_image`` (``env.image``),
   ``comm_and_multidiscrete`` (``env.comm``, ``env.multidiscrete_actions``), and ``cpu_only``
-  (``env.device`` must be ``cpu``).
+  (``env.device`` must be ``cpu``);
+* ``export_prep``: what a deployed policy does to the game's own observation before the exported graph
+  reads it (``"flatten"``: not one float32 vector per agent, flattened; ``"cast"``: cast to float32).
 
 >>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
 (True, False)
@@ -74,6 +76,7 @@ class EnvKind:
     reads_image: bool = False
     comm_and_multidiscrete: bool = False
     cpu_only: bool = False
+    export_prep: str | None = None
 
     def build(self, cfg, *, seed: int, num_envs: int, device=None):
         """The kind's env for ``cfg`` (what ``make_env`` wraps with episode returns and the time limit)."""
@@ -114,6 +117,7 @@ ENV_KINDS: Table[EnvKind] = Table(
             raw_observations="marl_ppo.envs.pettingzoo:raw_observation_specs",
             reads_image=True,
             cpu_only=True,
+            export_prep="flatten",  # FlatObservation
         ),
         EnvKind(
             "mamujoco",
@@ -123,12 +127,12 @@ ENV_KINDS: Table[EnvKind] = Table(
             render_kwargs=(("render_mode", "rgb_array"),),
             gives_state=True,
             cpu_only=True,
+            export_prep="cast",  # the game's float64 observation
         ),
-        # one batched env of S seeds' copies needs a factory that takes num_envs: not known before it is loaded
+        # train.seeds: a factory taking num_envs holds every seed's copies (run/build.py checks the env it made)
         EnvKind(
             "custom",
             "marl_ppo.envs.custom:make_custom",
-            seeds_in_one_env=False,
             gives_state=True,
             takes_factory=True,
         ),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from marl_ppo.envs.kinds import env_kind
 from marl_ppo.export.graph import Port
 
 __all__ = ["preprocessing", "image_steps", "LUMA"]
@@ -59,12 +60,13 @@ def _entry(port: Port, cfg: Any, layout: str) -> dict[str, Any]:
     per_agent = list(port.shape[2:] if layout == "group" else port.shape[1:])
     image = len(per_agent) == 3
     steps: list[dict[str, Any]] = []
-    if cfg.kind == "pettingzoo" and not image:  # FlatObservation: what is not one float32 vector per agent
+    prep = env_kind(cfg.kind).export_prep
+    if prep == "flatten" and not image:  # FlatObservation: what is not one float32 vector per agent
         steps.append({
             "op": "flatten", "order": "C (row-major: the last axis fastest)", "dtype": "float32",
             "discrete": f"an integer observation becomes a one-hot vector of {per_agent[-1]}",
         })  # fmt: skip
-    elif cfg.kind == "mamujoco":
+    elif prep == "cast":
         steps.append({"op": "cast", "dtype": "float32"})
     if image:
         steps += image_steps(cfg.image)

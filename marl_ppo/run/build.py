@@ -42,7 +42,7 @@ from marl_ppo.models.critic import check_every_group_acts
 from marl_ppo.models.recurrent import prime_env, state_spec
 from marl_ppo.opponents import OpponentSource, opponent_policy
 from marl_ppo.opponents.pool import PoolPlayer
-from marl_ppo.options import device_option
+from marl_ppo.options import ConfigError, device_option
 from marl_ppo.run.checkpoints import CheckpointError, checkpoint_candidates, load_checkpoint
 from marl_ppo.run.opponents import (
     checked_players,
@@ -140,6 +140,13 @@ def build(
     torch.set_num_threads(cfg.train.num_threads or auto_threads())  # 0: auto (marl_ppo/run/threads.py)
     seed_everything(seeds[0])
     env = make_env(cfg.env, seed=seeds[0], env_fn=env_fn, num_envs=len(seeds) * cfg.env.num_envs)
+    copies = len(seeds) * cfg.env.num_envs
+    if len(seeds) > 1 and tuple(env.batch_size[:1]) != (copies,):  # a custom factory that ignores num_envs
+        env.close()
+        raise ConfigError(
+            f"train.seeds={seeds}: the env has batch size {list(env.batch_size)}, not the {copies} copies of "
+            f"{len(seeds)} seeds x env.num_envs={cfg.env.num_envs} (a factory for many seeds takes num_envs)"
+        )
     groups = read_group_specs(env)
     sources = opponent_sources(cfg.opponents, groups)
     frozen = [g for g, source in sources.items() if not source.learns]

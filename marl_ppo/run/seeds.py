@@ -36,13 +36,9 @@ from tensordict.nn import (
 )
 from torch import nn
 
-from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
-from marl_ppo.core.happo import SEEDS_NEED_FIXED_ORDER
 from marl_ppo.core.seeds import SeedStack
-from marl_ppo.envs.kinds import env_kind
 from marl_ppo.opponents import opponent_policy
-from marl_ppo.opponents.options import parse_source
 from marl_ppo.options import ConfigError
 from marl_ppo.run.build import Parts
 from marl_ppo.run.group_result import group_directory
@@ -54,7 +50,6 @@ __all__ = [
     "seed_config",
     "seed_configs",
     "check_seeds",
-    "seed_refusals",
     "collection_policy",
     "group_run_dirs",
     "write_group_file",
@@ -65,42 +60,16 @@ __all__ = [
 GROUP_FILE = "seeds_group.json"  # in each seed's run directory: the group's seeds and run directories
 
 
-def seed_refusals(cfg: Config) -> list[str]:
-    """What ``train.seeds`` cannot run with, each with its reason: the one list, read once by config validation
-    (:func:`check_seeds`). Everything else runs with 1..S seeds alike."""
-    why = []
-    if not env_kind(cfg.env.kind).seeds_in_one_env:
-        why.append(f"env.kind={cfg.env.kind} (its env cannot hold every seed's copies in one batch)")
-    if cfg.train.collector.backend != "direct":
-        why.append(
-            f"train.collector.backend={cfg.train.collector.backend} (the workers' policy copies are synced from the "
-            "policy's modules; the seeds' stacked tensors live outside them)"
-        )
-    pools = [g for g, text in cfg.opponents.items() if parse_source(f"opponents.{g}", str(text)).kind == "pool"]
-    if pools:
-        why.append(f"opponents {pools} from a pool (each seed would need its own snapshots, which are not stacked)")
-    if cfg.loss.value_norm == "popart":
-        why.append("loss.value_norm=popart (the critic's output layer is rescaled through plain tensor references)")
-    if cfg.train.compile:
-        why.append("train.compile=true (torch.compile of the vmapped, stacked loss is not supported)")
-    if algorithm(cfg.loss.algorithm).sequential and cfg.loss.happo.order != "fixed":
-        order = cfg.loss.happo.order
-        why.append(f"loss.algorithm={cfg.loss.algorithm} with loss.happo.order={order} ({SEEDS_NEED_FIXED_ORDER})")
-    return why
-
-
-def check_seeds(cfg: Config, configs: Sequence[Config] = ()) -> None:
-    """Refuses, in one line before any run directory exists, what many seeds in one process cannot run
-    (:func:`seed_refusals`), and seed ``configs`` (a suite's jobs) that differ in more than the seed and its name."""
+def check_seeds(configs: Sequence[Config]) -> None:
+    """Refuses seed ``configs`` (a suite's jobs) that differ in more than the seed and its name, and, read as one
+    ``train.seeds`` config, what many seeds cannot run (:meth:`~marl_ppo.config.Config.seed_refusals`)."""
     differ = [c.train.seed for c in configs if _apart_from_seed(c) != _apart_from_seed(configs[0])]
     if differ:
         raise ConfigError(
             f"the configs of seeds {differ} differ from seed {configs[0].train.seed}'s in more than the seed"
         )
-    seeds = cfg.train.seeds or [c.train.seed for c in configs]
-    why = seed_refusals(cfg) if len(seeds) > 1 else []
-    if why:
-        raise ConfigError(f"train.seeds={seeds}: many seeds in one process do not support {why[0]}")
+    seeds = [c.train.seed for c in configs]
+    dataclasses.replace(configs[0], train=dataclasses.replace(configs[0].train, seed=0, seeds=seeds))  # validated
 
 
 def seed_configs(cfg: Config) -> list[Config]:

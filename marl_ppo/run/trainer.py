@@ -95,7 +95,7 @@ class Trainer:
         if run_dirs is None and run_dir is not None and self.grouped:
             raise ConfigError(f"train.seeds={self.seeds}: each seed has its own directory; give run_dirs, not run_dir")
         run_dirs = list(run_dirs) if run_dirs is not None else [run_dir] * len(configs)
-        check_seeds(cfg, configs)  # what S seeds cannot run, before anything is built
+        check_seeds(configs)  # what S seeds cannot run, before anything is built
         self.cfg = configs[0]
         self.cfg.check_machine()  # before a run directory exists
         planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]

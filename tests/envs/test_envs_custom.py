@@ -245,3 +245,24 @@ def test_an_env_class_as_factory_gets_the_system_arguments_it_names():
     assert args == {"n_symbols": 4, "num_envs": 4, "device": "cpu", "seed": 3, "max_steps": 7}
     with pytest.raises(Exception, match=r"env.kwargs \['colour'\] are not parameters of the factory HybridTargetEnv"):
         factory_arguments(HybridTargetEnv, {"colour": 1}, num_envs=4, device="cpu", seed=3, max_steps=7)
+
+
+def test_a_custom_env_and_a_callback_run_with_seeds(tmp_path):
+    """A factory taking num_envs holds every seed's copies; a callback's hooks run once per seed; a factory that
+    ignores num_envs is refused in one line before any run directory exists."""
+    calls = []
+
+    class Count:
+        def on_update_end(self, trainer, metrics):
+            calls.append(trainer.parts.env.batch_size[0])
+
+    cfg = load_config(overrides=TINY + CUSTOM + ["train.seeds=[0,1]", f"log.root={tmp_path}"])
+    summaries = Trainer(cfg, callbacks=[Count()]).fit()
+    assert len(summaries) == 2 and all(s["frames"] == cfg.train.total_frames for s in summaries)
+    iterations = cfg.train.total_frames // cfg.train.frames_per_batch
+    assert calls == [2 * cfg.env.num_envs] * (2 * iterations)  # once per seed per iteration, one env of 2 x E copies
+    fixed = ["env.kind=custom", "env.factory=custom_envs:make_depot_fixed"]
+    cfg = load_config(overrides=TINY + fixed + ["train.seeds=[0,1]", f"log.root={tmp_path / 'fixed'}"])
+    with pytest.raises(ConfigError, match=r"train.seeds=\[0, 1\]: the env has batch size \[3\]"):
+        Trainer(cfg)
+    assert not (tmp_path / "fixed").exists()

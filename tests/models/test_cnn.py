@@ -175,8 +175,8 @@ def test_a_scout_learns_to_read_its_picture(tmp_path, capsys):
 
 
 @pytest.fixture
-def image_depot_kind(monkeypatch):
-    monkeypatch.setattr(ENV_KINDS, "_rows", dict(ENV_KINDS._rows))  # the kind is gone after the test
+def image_depot_kind(isolated):
+    isolated(ENV_KINDS)  # the kind is gone after the test
     make = lambda cfg, *, seed, num_envs, device=None: custom_envs.ImageDepot(  # noqa: E731
         num_envs=num_envs, max_steps=cfg.max_steps, seed=seed, device=device or "cpu"
     )

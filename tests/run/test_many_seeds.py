@@ -469,3 +469,39 @@ def test_each_seed_of_a_group_starts_from_its_single_runs_parameters(tiny_config
     assert weights and not any(torch.equal(starts[0][k], starts[1][k]) for k in weights)
     group.close()
     group.env.close()
+
+
+def test_a_callback_reads_the_live_env_and_router_of_a_group(tiny_config, tmp_path):
+    """``trainer.parts`` of a 3-seed run is the run's own: its env steps (not closed) and holds every seed's copies,
+    its router holds seed 0's tensors, the training state's stack; a callback sees them at every update."""
+    seen = []
+
+    class Watch:
+        def on_update_end(self, trainer, metrics):
+            env = trainer.parts.env
+            td = env.rollout(1, break_when_any_done=False)  # a closed env would raise here
+            seen.append((env.batch_size[0], td.batch_size[0], trainer.parts.router is trainer.state.stack.template))
+
+    cfg = tiny_config(overrides=["train.seeds=[0,1,2]", f"log.root={tmp_path}"])
+    Trainer(cfg, callbacks=[Watch()]).fit()
+    e = cfg.env.num_envs
+    assert seen and all(s == (3 * e, 3 * e, True) for s in seen)
+
+
+def test_frozen_opponents_and_videos_run_with_seeds(tmp_path):
+    """Lifted refusals: a random opponent plays every seed's copies, and each seed's evaluation records its video."""
+    from marl_ppo.config import load_config
+
+    game = [
+        "env.kind=pettingzoo", "env.scenario=tictactoe_v3", "env.num_envs=2", "env.max_steps=9",
+        "train.frames_per_batch=20", "train.minibatch_size=20", "train.num_epochs=1", "model.hidden=[8]",
+        "train.total_frames=40", "log.eval_every=0", "log.progress=false", "log.plot=false", "log.eval_episodes=1",
+    ]  # fmt: skip
+    cfg = load_config(None, [*game, "opponents={player_2: random}", "train.seeds=[0,1]", f"log.root={tmp_path}"])
+    summaries = Trainer(cfg).fit()
+    assert [s["frames"] for s in summaries] == [40, 40]
+    assert all("eval/player_1/episode_reward" in s for s in summaries)
+    cfg = load_config(None, [*game, "log.video=true", "train.seeds=[0,1]", f"log.root={tmp_path}", "log.name=v"])
+    group = Trainer(cfg)
+    group.fit()
+    assert all(list(d.rglob("*.mp4")) or list(d.rglob("*.gif")) for d in group.run_dirs), group.run_dirs

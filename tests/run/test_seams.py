@@ -44,17 +44,6 @@ TINY = [
 ]
 
 
-@pytest.fixture
-def isolated(monkeypatch):
-    """``isolated(*tables)``: what this test registers in each table is gone after it."""
-
-    def isolate(*tables):
-        for table in tables:
-            monkeypatch.setattr(table, "_rows", dict(table._rows))
-
-    return isolate
-
-
 def make_depot(cfg, *, seed: int, num_envs: int, device=None) -> DepotEnv:
     """An env kind of this file: the depot game, sized by ``env.num_envs`` and ``env.max_steps``."""
     return DepotEnv(num_envs=num_envs, max_steps=cfg.max_steps, seed=seed, device=device or "cpu")

@@ -488,7 +488,8 @@ def test_non_finite_loss_checked_once_per_epoch_names_the_bad_minibatch(monkeypa
 
     monkeypatch.setattr(GroupRouter, "forward", forward_nan_on_second_call)
     with pytest.raises(TrainingError, match="agents/loss_critic=nan"):
-        update_mod.ppo_update(parts.router, build_mod.train_state(tiny_config(), parts).step, batch, num_epochs=3, minibatch_size=10, check_each_step=False)
+        step = build_mod.train_state(tiny_config(), parts).step
+        update_mod.ppo_update(parts.router, step, batch, num_epochs=3, minibatch_size=10, check_each_step=False)
     assert calls["n"] == 4  # the first epoch (4 minibatches of 10) ran to its end, then stopped
 
 

@@ -81,7 +81,7 @@ def test_overrides_are_taken_anywhere_on_the_line(tmp_path):
             ["loss.value_norm=popart"],
             "many seeds in one process do not support loss.value_norm=popart",
         ),
-        ("--dry-run", ["opponents={player_2: random}", *GAME], "many seeds in one process do not support opponents"),
+        ("--dry-run", ["opponents={player_2: pool}", *GAME], "many seeds in one process do not support opponents"),
     ],
 )
 def test_print_config_and_dry_run_refuse_what_train_refuses(tmp_path, flag, extra, words):
