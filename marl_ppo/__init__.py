@@ -7,35 +7,28 @@ GroupRouter`` works as usual.
 
 from __future__ import annotations
 
-from marl_ppo.lazy import lazy_exports
+from marl_ppo.lazy import lazy_exports, names_by_module
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
-# public name -> module that defines it
-_EXPORTS = {
-    "AggregatedStep": "marl_ppo.core.aggregate",
-    "total_loss": "marl_ppo.core.aggregate",
-    "unique_parameters": "marl_ppo.core.aggregate",
-    "GroupKeys": "marl_ppo.groups.specs",
-    "GroupSpec": "marl_ppo.groups.specs",
-    "GroupSpecError": "marl_ppo.groups.specs",
-    "read_group_specs": "marl_ppo.groups.specs",
-    "BoundRewardTable": "marl_ppo.groups.reward_binding",
-    "RewardTable": "marl_ppo.groups.reward_table",
-    "RewardTableError": "marl_ppo.groups.reward_terms",
-    "own": "marl_ppo.groups.reward_terms",
-    "signal": "marl_ppo.groups.reward_terms",
-    "team": "marl_ppo.groups.reward_terms",
-    "GroupRouter": "marl_ppo.core.router",
-    # the loop by hand (a notebook): a config, its parts and state, the update, or the whole trainer
-    "load_config": "marl_ppo.config",
-    "build": "marl_ppo.run.build",
-    "train_state": "marl_ppo.run.build",
-    "SeedStack": "marl_ppo.core.seeds",
-    "TrainState": "marl_ppo.core.state",
-    "ppo_update": "marl_ppo.core.update",
-    "Trainer": "marl_ppo.run.trainer",
-}
+# module -> the public names it defines
+_EXPORTS = names_by_module(
+    {
+        "marl_ppo.core.aggregate": "AggregatedStep total_loss unique_parameters",
+        "marl_ppo.groups.specs": "GroupKeys GroupSpec GroupSpecError read_group_specs",
+        "marl_ppo.groups.reward_binding": "BoundRewardTable",
+        "marl_ppo.groups.reward_table": "RewardTable",
+        "marl_ppo.groups.reward_terms": "RewardTableError own signal team",
+        "marl_ppo.core.router": "GroupRouter",
+        # the loop by hand (a notebook): a config, its parts and state, the update, or the whole trainer
+        "marl_ppo.config": "load_config",
+        "marl_ppo.run.build": "build train_state",
+        "marl_ppo.core.seeds": "SeedStack",
+        "marl_ppo.core.state": "TrainState",
+        "marl_ppo.core.update": "ppo_update",
+        "marl_ppo.run.trainer": "Trainer",
+    }
+)
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -15,7 +15,16 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "names_by_module"]
+
+
+def names_by_module(modules: Mapping[str, str]) -> dict[str, str]:
+    """``{module: "name name ..."}`` as ``{name: module}`` (what :func:`lazy_exports` takes).
+
+    >>> names_by_module({"marl_ppo.groups.specs": "GroupKeys GroupSpec"})
+    {'GroupKeys': 'marl_ppo.groups.specs', 'GroupSpec': 'marl_ppo.groups.specs'}
+    """
+    return {name: module for module, names in modules.items() for name in names.split()}
 
 
 def lazy_exports(

@@ -17,28 +17,21 @@ with ``env.time_limit`` applied (:mod:`~marl_ppo.envs.time_limit`): by default a
 torch.Size([2, 3, 2, 1])
 """
 
-from marl_ppo.lazy import lazy_exports
+from marl_ppo.lazy import lazy_exports, names_by_module
 
-# public name -> module that defines it (imported on first use: the options load no torch)
-_EXPORTS = {
-    "make_env": "marl_ppo.envs.make",
-    "eval_num_envs": "marl_ppo.envs.make",
-    "EnvConfig": "marl_ppo.envs.options",
-    "EnvKind": "marl_ppo.envs.kinds",
-    "ENV_KINDS": "marl_ppo.envs.kinds",
-    "GameFamily": "marl_ppo.envs.families",
-    "FAMILIES": "marl_ppo.envs.families",
-    "vmas_scenarios": "marl_ppo.envs.vmas",
-    "mpe_tasks": "marl_ppo.envs.families",
-    "classic_tasks": "marl_ppo.envs.families",
-    "pettingzoo_tasks": "marl_ppo.envs.families",
-    "FlatObservation": "marl_ppo.envs.transforms",
-    "CommAdapter": "marl_ppo.envs.comm",
-    "EnvFactory": "marl_ppo.envs.custom",
-    "load_factory": "marl_ppo.envs.custom",
-    "factory_path": "marl_ppo.envs.custom",
-    "absolute_factory": "marl_ppo.envs.custom",
-    "TruncationAsTermination": "marl_ppo.envs.time_limit",
-}
+# module -> the public names it defines (imported on first use: the options load no torch)
+_EXPORTS = names_by_module(
+    {
+        "marl_ppo.envs.make": "make_env eval_num_envs",
+        "marl_ppo.envs.options": "EnvConfig",
+        "marl_ppo.envs.kinds": "EnvKind ENV_KINDS",
+        "marl_ppo.envs.families": "GameFamily FAMILIES mpe_tasks classic_tasks pettingzoo_tasks",
+        "marl_ppo.envs.vmas": "vmas_scenarios",
+        "marl_ppo.envs.transforms": "FlatObservation",
+        "marl_ppo.envs.comm": "CommAdapter",
+        "marl_ppo.envs.custom": "EnvFactory load_factory factory_path absolute_factory",
+        "marl_ppo.envs.time_limit": "TruncationAsTermination",
+    }
+)
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -7,15 +7,16 @@ checks the files, :mod:`~marl_ppo.export.manifest` writes ``policy.json``, :mod:
 exports a run's groups and :mod:`~marl_ppo.export.command` is the command line's ``export`` (no torch).
 """
 
-from marl_ppo.lazy import lazy_exports
+from marl_ppo.lazy import lazy_exports, names_by_module
 
-# public name -> module that defines it (imported on first use: the command line's parser loads no torch)
-_EXPORTS = {
-    "FORMATS": "marl_ppo.export.formats",
-    "ExportError": "marl_ppo.export.graph",
-    "policy_graph": "marl_ppo.export.graph",
-    "export_policy": "marl_ppo.export.policy",
-    "export_run": "marl_ppo.export.run",
-}
+# module -> the public names it defines (imported on first use: the command line's parser loads no torch)
+_EXPORTS = names_by_module(
+    {
+        "marl_ppo.export.formats": "FORMATS",
+        "marl_ppo.export.graph": "ExportError policy_graph",
+        "marl_ppo.export.policy": "export_policy",
+        "marl_ppo.export.run": "export_run",
+    }
+)
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -7,23 +7,17 @@ holds the players (uniform random, scripted; a frozen policy is
 and losses from the env's own rewards. See ``docs/opponents.md``.
 """
 
-from marl_ppo.lazy import lazy_exports
+from marl_ppo.lazy import lazy_exports, names_by_module
 
-# public name -> module that defines it (imported on first use: the options load no torch)
-_EXPORTS = {
-    "OpponentSource": "marl_ppo.opponents.sources",
-    "SourceKind": "marl_ppo.opponents.sources",
-    "SOURCES": "marl_ppo.opponents.sources",
-    "parse_source": "marl_ppo.opponents.sources",
-    "source_label": "marl_ppo.opponents.options",
-    "RandomPlayer": "marl_ppo.opponents.players",
-    "ScriptedPlayer": "marl_ppo.opponents.players",
-    "RawObservation": "marl_ppo.opponents.players",
-    "OpponentError": "marl_ppo.opponents.players",
-    "PlayerContext": "marl_ppo.opponents.players",
-    "opponent_policy": "marl_ppo.opponents.players",
-    "Outcomes": "marl_ppo.opponents.outcomes",
-    "count_outcomes": "marl_ppo.opponents.outcomes",
-}
+# module -> the public names it defines (imported on first use: the options load no torch)
+_EXPORTS = names_by_module(
+    {
+        "marl_ppo.opponents.sources": "OpponentSource SourceKind SOURCES parse_source",
+        "marl_ppo.opponents.options": "source_label",
+        "marl_ppo.opponents.players": "RandomPlayer ScriptedPlayer RawObservation OpponentError PlayerContext "
+        "opponent_policy",
+        "marl_ppo.opponents.outcomes": "Outcomes count_outcomes",
+    }
+)
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

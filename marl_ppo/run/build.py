@@ -188,6 +188,13 @@ def build(
     return parts
 
 
+# the loss section's fields the router takes as they are
+_ROUTER_LOSS_OPTIONS = (
+    "algorithm", "value_norm", "popart_beta", "clip_epsilon", "entropy_coeff", "head_entropy_coeff", "critic_coeff",
+    "loss_critic_type", "normalize_advantage", "gamma", "lmbda", "bundle_groups",
+)  # fmt: skip
+
+
 def initial_router(cfg: Config, trained: Mapping[str, GroupSpec], shared: Mapping[str, str], seed: int) -> GroupRouter:
     """The router of ``cfg`` for the ``trained`` groups, its initial parameters drawn right after
     ``torch.manual_seed(seed)``: seed ``s`` starts from the same parameters alone or in a group."""
@@ -195,20 +202,9 @@ def initial_router(cfg: Config, trained: Mapping[str, GroupSpec], shared: Mappin
     router = GroupRouter.from_specs(
         trained,
         shared=shared,
-        algorithm=cfg.loss.algorithm,
         model=cfg.model,
-        value_norm=cfg.loss.value_norm,
-        popart_beta=cfg.loss.popart_beta,
         device=cfg.train.device,
-        clip_epsilon=cfg.loss.clip_epsilon,
-        entropy_coeff=cfg.loss.entropy_coeff,
-        head_entropy_coeff=cfg.loss.head_entropy_coeff,
-        critic_coeff=cfg.loss.critic_coeff,
-        loss_critic_type=cfg.loss.loss_critic_type,
-        normalize_advantage=cfg.loss.normalize_advantage,
-        gamma=cfg.loss.gamma,
-        lmbda=cfg.loss.lmbda,
-        bundle_groups=cfg.loss.bundle_groups,
+        **{k: getattr(cfg.loss, k) for k in _ROUTER_LOSS_OPTIONS},
     )
     if cfg.train.compile:
         # in place (nn.Module.compile): the state_dict keeps its keys; the policy used for
