@@ -29,6 +29,7 @@ from marl_ppo.run.logger import RunLogger
 from marl_ppo.run.matches import Matches
 from marl_ppo.run.pinned import pinned_configs
 from marl_ppo.run.resume import resume_point, write_resume_log
+from marl_ppo.run.seeds import stopped_seeds, write_group_file
 from marl_ppo.run.signals import RunInterrupted
 from marl_ppo.run.video import FrameRecorder
 
@@ -193,25 +194,52 @@ def common_iteration(run_dirs: Sequence[Path]) -> int | None:
 
 
 class SeedRecords(list):
-    """Every seed's :class:`SeedRecord`, in seed order: opened together (:meth:`open`), failed and closed together."""
+    """Every seed's :class:`SeedRecord`, in seed order: opened together (:meth:`open`), failed and closed together.
+    :attr:`stopped`: the seeds that stopped on a non-finite loss (by index, why), kept in the group file."""
 
     @classmethod
     def open(cls, configs, planned, parts: Parts, state: TrainState, *, resume: bool, env_fn=None) -> SeedRecords:
         """Each seed's record of ``planned`` (its directory), its frozen opponents pinned into a new directory;
-        with ``resume``, every seed from the newest iteration all of them have a checkpoint of."""
+        with ``resume``, every seed still training from the newest iteration all of them have a checkpoint of,
+        and each seed that had stopped from its own last checkpoint, stopped again (its slot of ``state`` finite,
+        its ``alive`` false, nothing written to its directory but the resume's notes)."""
         configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in
-        meet = common_iteration(planned) if resume else None
-        records = cls(
-            SeedRecord(c, d, parts, state, s, resume=resume, resume_at=meet, env_fn=env_fn)
-            for s, (c, d) in enumerate(zip(configs, planned))
-        )
-        behind = [s for s, record in enumerate(records) if record.start != records[0].start]
+        stopped = stopped_seeds(planned[0]) if resume else {}
+        meet = common_iteration([d for s, d in enumerate(planned) if s not in stopped]) if resume else None
+        order = sorted(range(len(planned)), key=lambda s: s not in stopped)  # stopped first: the others set counters
+        opened = {
+            s: SeedRecord(configs[s], planned[s], parts, state, s, resume=resume,
+                          resume_at=None if s in stopped else meet, env_fn=env_fn)
+            for s in order
+        }  # fmt: skip
+        records = cls(opened[s] for s in range(len(planned)))
+        records.stopped, records.group = dict(stopped), None
+        for s in stopped:
+            records[s].failed = True
+            records[s].close()
+            state.step.alive[s] = False
+        live = records.live()
+        behind = [s for s in live if records[s].start != records[live[0]].start]
         if behind:
             raise ConfigError(
-                f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from the first's "
-                f"iteration {records[0].start[0]}): resume each seed's directory as a single run instead"
+                f"the seeds' checkpoints are at different iterations (seed indices {behind} differ from seed index "
+                f"{live[0]}'s iteration {records[live[0]].start[0]}): resume each seed's directory as a single run "
+                "instead"
             )
         return records
+
+    def write_group(self, seeds: Sequence[int], group_dir: Path | None) -> None:
+        """The group file in each seed's directory (:func:`~marl_ppo.run.seeds.write_group_file`), now and after
+        each seed that stops."""
+        self.group = (list(seeds), group_dir)
+        write_group_file(self.run_dirs, seeds, group_dir, self.stopped)
+
+    def stop(self, s: int, err: BaseException) -> None:
+        """Seed ``s`` stops on ``err`` (a non-finite loss): its record fails, the group file says so."""
+        self[s].fail(err)
+        self.stopped[s] = str(err)
+        if self.group is not None:
+            self.write_group(*self.group)
 
     @property
     def run_dirs(self) -> list[Path]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -53,6 +53,7 @@ __all__ = [
     "collection_policy",
     "group_run_dirs",
     "write_group_file",
+    "stopped_seeds",
     "seed_group_dir",
     "GROUP_FILE",
 ]
@@ -176,10 +177,23 @@ def seed_group_dir(cfg: Config, run_dirs: Sequence[Path], resume: bool) -> Path 
     return group_directory(cfg.log.name or f"{cfg.env.task_name}-{cfg.loss.algorithm}", run_dirs)
 
 
-def write_group_file(run_dirs: Sequence[Path], seeds: Sequence[int], group_dir: Path | None = None) -> None:
-    """Each seed's directory names the whole group: ``--resume`` of any of them resumes all."""
+def write_group_file(
+    run_dirs: Sequence[Path], seeds: Sequence[int], group_dir: Path | None = None, stopped: Mapping[int, str] = {}
+) -> None:
+    """Each seed's directory names the whole group (``--resume`` of any of them resumes all) and the seeds that
+    stopped on a non-finite loss (``stopped``, by seed index: a resumed group leaves them stopped)."""
     group = {"seeds": list(seeds), "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}  # from any folder
     if group_dir is not None:
         group["group_dir"] = str(Path(group_dir).resolve())
+    if stopped:
+        group["stopped"] = {str(s): why for s, why in sorted(stopped.items())}
     for run_dir in run_dirs:
         (Path(run_dir) / GROUP_FILE).write_text(json.dumps(group, indent=2) + "\n")
+
+
+def stopped_seeds(run_dir: str | Path) -> dict[int, str]:
+    """The seeds of ``run_dir``'s group that stopped on a non-finite loss (by seed index), from its group file."""
+    path = Path(run_dir) / GROUP_FILE
+    if not path.exists():
+        return {}
+    return {int(s): why for s, why in json.loads(path.read_text()).get("stopped", {}).items()}

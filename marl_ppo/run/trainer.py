@@ -50,7 +50,6 @@ from marl_ppo.run.seeds import (
     collection_policy,
     seed_configs,
     seed_group_dir,
-    write_group_file,
 )  # fmt: skip
 from marl_ppo.run.signals import RunInterrupted, StopSignals
 
@@ -107,7 +106,7 @@ class Trainer:
         self.env, self.policy = parts.env, collection_policy(parts, state.stack)  # seed s on copies [s E, (s+1) E)
         self.group_dir = seed_group_dir(cfg, self.run_dirs, resume)  # a resumed group's too
         if self.grouped:
-            write_group_file(self.run_dirs, self.seeds, self.group_dir)
+            self.records.write_group(self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._stop_requested, self._restart = False, EpisodeRestarts()
 
@@ -225,7 +224,7 @@ class Trainer:
         for s in self.records.live():
             record = self.records[s]
             if not bool(state.step.alive[s]):  # a non-finite loss: this seed stops, its last good state kept
-                record.fail(TrainingError(state.step.failures[s]))
+                self.records.stop(s, TrainingError(state.step.failures[s]))
                 continue
             own, own_stats = batch[s], stats[s]
             state.returns[s] = episode_returns(own, list(parts.groups)) or state.returns[s]

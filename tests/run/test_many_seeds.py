@@ -149,7 +149,10 @@ def test_the_same_seeds_give_the_same_group_bit_for_bit(tiny_config, tmp_path):
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["env.kind=custom", "env.factory=tests/envs/custom_envs.py:make_depot"], ["env.kind=custom"]),
+        (
+            ["env.kind=custom", "env.factory=tests/envs/custom_envs.py:make_depot_fixed"],  # ignores num_envs
+            ["the env has batch size [3]", "a factory for many seeds takes num_envs"],
+        ),
         (["loss.value_norm=popart"], ["popart"]),
         (["train.collector.backend=process"], ["train.collector.backend=process"]),
         (["train.seeds=[1,1]"], ["train.seeds must be different seeds", "[1, 1]"]),
@@ -505,3 +508,38 @@ def test_frozen_opponents_and_videos_run_with_seeds(tmp_path):
     group = Trainer(cfg)
     group.fit()
     assert all(list(d.rglob("*.mp4")) or list(d.rglob("*.gif")) for d in group.run_dirs), group.run_dirs
+
+
+def test_a_seed_that_stopped_stays_stopped_when_its_group_resumes(tmp_path, monkeypatch, capsys):
+    """Seed 0's loss goes non-finite in iteration 4: it stops (its checkpoint of iteration 3 kept, the group file
+    says so), the others go on; a crash after iteration 4 and `--resume` (from iteration 3) end as the
+    uninterrupted group ends: seed 0 still stopped at its own last checkpoint, seed 1 bit for bit."""
+    import json
+
+    from marl_ppo.config import load_config
+    from marl_ppo.run.checkpoints import load_checkpoint
+    from marl_ppo.run.seeds import GROUP_FILE
+    from tests.run.test_recovery import FPB, TINY, assert_same_state, crash_after_logging
+
+    class Poison:
+        def on_batch_collected(self, trainer, batch):
+            if trainer.iteration == 3:  # the fourth iteration's batch: seed 0's observations
+                batch[0].get(("agents", "observation")).fill_(float("nan"))
+
+    def config(root):
+        return load_config(None, overrides=[*TINY, "train.seeds=[0,1]", f"log.root={root}", "log.name=g"])
+
+    Trainer(config(tmp_path / "straight"), callbacks=[Poison()]).fit()
+    crash_after_logging(monkeypatch, 4, FPB)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(config(tmp_path / "crashed"), callbacks=[Poison()]).fit()
+    monkeypatch.undo()
+    group = json.loads((tmp_path / "crashed" / "g-seed1" / GROUP_FILE).read_text())
+    assert list(group["stopped"]) == ["0"] and "non-finite loss" in group["stopped"]["0"]
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "crashed" / "g-seed1")]) == 0
+    for root in ("straight", "crashed"):
+        stopped = load_checkpoint(tmp_path / root / "g-seed0" / "checkpoints" / "last.pt")
+        assert stopped["iteration"] == 3 and not (tmp_path / root / "g-seed0" / "summary.json").exists()
+        assert load_checkpoint(tmp_path / root / "g-seed1" / "checkpoints" / "last.pt")["iteration"] == 6
+    assert_same_state(tmp_path / "straight" / "g-seed1", tmp_path / "crashed" / "g-seed1")
