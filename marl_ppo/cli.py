@@ -6,6 +6,8 @@
     marl-ppo train --resume RUN_DIR [key=value ...]   # continue a run from its last checkpoint
     marl-ppo train -m [CONFIG.yaml] key=a,b k2=c,d    # a grid of runs (hydra's multirun habit)
     marl-ppo eval RUN_DIR [--episodes N] [--video F]  # deterministic returns per group (VMAS, PettingZoo: GIF)
+    marl-ppo eval RUN_DIR --partner OTHER [--seat G]  # beside another run's policy: the team return
+    marl-ppo crossplay RUN RUN ... [--out DIR]        # every pair of runs: self-play vs cross-play matrix
     marl-ppo plot RUN_DIR [RUN_DIR ...] [--out DIR]   # learning curves (PNG)
     marl-ppo export RUN_DIR [--format onnx ...]       # each trained group's policy as a file, checked
     marl-ppo suite SUITE.yaml [--launcher ray]        # tasks x sweep x seeds, marl-eval JSON and a plot
@@ -175,6 +177,10 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    if args.partner:  # marl_ppo/run/crossplay_cli.py
+        from marl_ppo.run.crossplay_cli import partner_eval
+
+        return partner_eval(args)
     from marl_ppo.run.build import load_policy
     from marl_ppo.run.evaluation import Evaluator
 
@@ -183,6 +189,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     recorder = eval_recorder(args.video, cfg.env)
     if args.opponent:
+        if args.seat and len(args.seat) > 1:
+            raise ValueError(f"--opponent plays the run in one seat (or all), got --seat {' '.join(args.seat)}")
         return _matches(args, cfg, parts, recorder)
     if args.sample and parts.pools:
         raise ValueError(f"--sample: the pool seats {sorted(parts.pools)} would play their snapshots")
@@ -222,7 +230,8 @@ def _matches(args: argparse.Namespace, cfg, parts, recorder=None) -> int:
         cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=video
     )
     try:
-        matches = Matches(cfg, parts, args.opponent, evaluator, seat=args.seat, sample=args.sample, callback=recorder)
+        seat = args.seat[0] if args.seat else None
+        matches = Matches(cfg, parts, args.opponent, evaluator, seat=seat, sample=args.sample, callback=recorder)
         played = matches()
     finally:
         evaluator.close()
@@ -269,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``marl-ppo`` argument parser (also rendered into the docs' CLI reference)."""
     from marl_ppo import __version__
     from marl_ppo.export.command import add_export_parser
+    from marl_ppo.run.crossplay_cli import SEAT_HELP, add_crossplay_parser, add_partner_arguments
 
     parser = argparse.ArgumentParser(prog="marl-ppo", description="Multi-agent PPO on VMAS and PettingZoo.")
     parser.add_argument("--version", action="version", version=f"marl-ppo {__version__}")
@@ -334,8 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
         "module:callable) in each seat: win/draw/loss rates per seat, --episodes per seat; may be repeated",
     )
     p.add_argument(
-        "--seat", help="with --opponent: the group the trained policy plays (default, or all: every seat it can)"
+        "--seat",
+        action="append",
+        help="with --opponent: the group the trained policy plays (default, or all: every seat it can); " + SEAT_HELP,
     )
+    add_partner_arguments(p)
     p.add_argument(
         "--sample",
         action="store_true",
@@ -360,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_plot)
     add_export_parser(sub)  # marl_ppo/export/command.py: its options and handler
+    add_crossplay_parser(sub, _positive_int)  # marl_ppo/run/crossplay_cli.py
     p = sub.add_parser("list", help="list the shipped configs and suites, VMAS scenarios and PettingZoo envs")
     p.add_argument(
         "what", nargs="?", default="all", choices=("all", "configs", "suites", "tune", "scenarios", "pettingzoo")

@@ -23,6 +23,10 @@ PACKAGES = {
     "--launcher ray": ("ray", "cluster"),
     "--launcher slurm": ("submitit", "cluster"),
     "env.kind: mamujoco": ("gymnasium_robotics", "mamujoco"),
+    "env.kind: lbf": ("lbforaging", "lbf"),
+    "env.kind: rware": ("rware", "rware"),
+    "env.kind: overcooked": ("overcooked", "overcooked"),
+    "env.kind: openspiel": ("pyspiel", "openspiel"),
 }
 
 

@@ -1,8 +1,10 @@
-"""What can be trained here: VMAS scenarios, PettingZoo MPE tasks and families, read from the libraries.
+"""What can be trained here: VMAS scenarios, PettingZoo MPE tasks and families, Overcooked layouts and OpenSpiel
+games, read from the libraries.
 
 ``marl-ppo list`` prints it. Every list comes from the library itself (VMAS's scenario lists,
-``mpe2``'s modules, PettingZoo's registry), never from a list of ours; a PettingZoo env whose
-module cannot be imported here is listed with the package it misses and the extra that installs it.
+``mpe2``'s modules, PettingZoo's registry, Overcooked's layout files, ``pyspiel.registered_names()``),
+never from a list of ours; a PettingZoo env whose module cannot be imported here is listed with the
+package it misses and the extra that installs it, a kind whose library is missing with its extra.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 from marl_ppo.envs.families import extra_for
 
-__all__ = ["PettingZooEnv", "pettingzoo_envs"]
+__all__ = ["PettingZooEnv", "pettingzoo_envs", "KindScenarios", "kind_scenarios"]
 
 
 @dataclass(frozen=True)
@@ -47,4 +49,28 @@ def pettingzoo_envs() -> list[PettingZooEnv]:
         except ImportError as err:
             missing = err.name or str(err)
         out.append(PettingZooEnv(env_id, spec.namespace, missing))
+    return out
+
+
+@dataclass(frozen=True)
+class KindScenarios:
+    """The scenarios of one env kind (``env.kind=kind env.scenario=NAME``), as its library lists them; empty,
+    with the extra to install, where the library is not installed."""
+
+    kind: str
+    names: tuple[str, ...]
+    extra: str
+    installed: bool
+
+
+def kind_scenarios(kinds: tuple[str, ...] = ("lbf", "rware", "overcooked", "openspiel")) -> list[KindScenarios]:
+    """The scenarios of each of ``kinds``, as its library lists them (its env kind's ``scenarios``)."""
+    from marl_ppo.envs.kinds import env_kind
+    from marl_ppo.options import PACKAGES, installed
+
+    out = []
+    for kind in kinds:
+        package, extra = PACKAGES[f"env.kind: {kind}"]
+        ok = installed(package)
+        out.append(KindScenarios(kind, tuple(env_kind(kind).scenario_names()) if ok else (), extra, ok))
     return out

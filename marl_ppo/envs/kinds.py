@@ -29,14 +29,16 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`, a
   ``comm_and_multidiscrete`` (``env.comm``, ``env.multidiscrete_actions``), and ``cpu_only``
   (``env.device`` must be ``cpu``);
 * ``export_prep``: what a deployed policy does to the game's own observation before the exported graph
-  reads it (``"flatten"``: not one float32 vector per agent, flattened; ``"cast"``: cast to float32).
+  reads it (``"flatten"``: not one float32 vector per agent, flattened; ``"cast"``: cast to float32), and
+  ``export_source`` where that observation comes from (the deploy file's words);
+* ``scenarios``: ``"module:function"`` listing the valid ``env.scenario`` names (``marl-ppo list``, the tests).
 
 >>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
 (True, False)
->>> env_kind("gym")
+>>> env_kind("gym")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: unknown env kind 'gym'; registered: ['custom', 'mamujoco', 'pettingzoo', 'vmas']
+ValueError: unknown env kind 'gym'; registered: ['custom', ..., 'vmas']
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ class EnvKind:
     comm_and_multidiscrete: bool = False
     cpu_only: bool = False
     export_prep: str | None = None
+    export_source: str = "the run's env factory (env.factory): each agent's observation as it gives it"
+    scenarios: str | Callable[[], Any] | None = None
+
+    def scenario_names(self) -> list[str]:
+        """The valid ``env.scenario`` names, as the kind's library lists them (empty: any, or a factory's)."""
+        return [] if self.scenarios is None else list(resolve(self.scenarios)())
 
     def build(self, cfg, *, seed: int, num_envs: int, device=None):
         """The kind's env for ``cfg`` (what ``make_env`` wraps with episode returns and the time limit)."""
@@ -105,7 +113,15 @@ class EnvKind:
 ENV_KINDS: Table[EnvKind] = Table(
     "env kind",
     [
-        EnvKind("vmas", "marl_ppo.envs.vmas:make_vmas", renders=True, own_time_limit=True, comm_and_multidiscrete=True),
+        EnvKind(
+            "vmas",
+            "marl_ppo.envs.vmas:make_vmas",
+            renders=True,
+            own_time_limit=True,
+            comm_and_multidiscrete=True,
+            export_source="vmas.make_env(scenario, ...): reset()/step() give one [num_envs, obs] float32 tensor each",
+            scenarios="marl_ppo.envs.vmas:vmas_scenarios",
+        ),
         EnvKind(
             "pettingzoo",
             "marl_ppo.envs.pettingzoo:make_pettingzoo",
@@ -118,6 +134,8 @@ ENV_KINDS: Table[EnvKind] = Table(
             reads_image=True,
             cpu_only=True,
             export_prep="flatten",  # FlatObservation
+            export_source="the game's parallel (or AEC) API: each agent's observation, as reset()/step() give it",
+            scenarios="marl_ppo.envs.families:pettingzoo_tasks",
         ),
         EnvKind(
             "mamujoco",
@@ -128,6 +146,52 @@ ENV_KINDS: Table[EnvKind] = Table(
             gives_state=True,
             cpu_only=True,
             export_prep="cast",  # the game's float64 observation
+            export_source="gymnasium_robotics.mamujoco_v1.parallel_env: each agent's local observation (float64 numpy)",
+            scenarios="marl_ppo.envs.mamujoco:scenario_names",
+        ),
+        # gymnasium tuple-API grids, copies stepped in one loop (envs/gym_grids.py); frames drawn by pyglet, headless
+        # through EGL where no DISPLAY is set; a game's observation flattened to one float32 vector per agent
+        EnvKind(
+            "lbf",
+            "marl_ppo.envs.gym_grids:make_lbf",
+            vectorised=False,
+            renders=True,
+            cpu_only=True,
+            export_prep="flatten",
+            export_source="lbforaging's gymnasium env: reset()/step() give a tuple of each agent's observation vector",
+            scenarios="marl_ppo.envs.gym_grids:lbf_tasks",
+        ),
+        EnvKind(
+            "rware",
+            "marl_ppo.envs.gym_grids:make_rware",
+            vectorised=False,
+            renders=True,
+            cpu_only=True,
+            export_prep="flatten",
+            export_source="rware's gymnasium env: reset()/step() give a tuple of each agent's observation vector",
+            scenarios="marl_ppo.envs.gym_grids:rware_tasks",
+        ),
+        # the library's MDP stepped for every copy in one loop (envs/overcooked.py); frames by its own sprites
+        EnvKind(
+            "overcooked",
+            "marl_ppo.envs.overcooked:make_overcooked",
+            vectorised=False,
+            renders=True,
+            cpu_only=True,
+            export_prep="cast",  # featurize_state's float64 vector (or the lossless grid's int)
+            export_source="overcooked's OvercookedGridworld: featurize_state (or the lossless grid, channels first)",
+            scenarios="marl_ppo.envs.overcooked:overcooked_layouts",
+        ),
+        # pyspiel states stepped in one loop (envs/openspiel.py); games end on their own, draw no frames
+        EnvKind(
+            "openspiel",
+            "marl_ppo.envs.openspiel:make_openspiel",
+            vectorised=False,
+            bounded=False,
+            cpu_only=True,
+            export_prep="flatten",  # observation_tensor, reshaped by the game, read flat
+            export_source="pyspiel: state.observation_tensor(player) (or information_state_tensor)",
+            scenarios="marl_ppo.envs.openspiel:openspiel_games",
         ),
         # train.seeds: a factory taking num_envs holds every seed's copies (run/build.py checks the env it made)
         EnvKind(

@@ -53,6 +53,11 @@ SCENARIOS = {
 }
 
 
+def scenario_names() -> list[str]:
+    """The shipped MaMuJoCo scenarios (``env.scenario``)."""
+    return list(SCENARIOS)
+
+
 def _without_infos(game: Any) -> Any:
     from pettingzoo.utils.wrappers import BaseParallelWrapper
 

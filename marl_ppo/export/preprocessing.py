@@ -25,13 +25,6 @@ __all__ = ["preprocessing", "image_steps", "LUMA"]
 
 LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, as marl_ppo.envs.images grays (a test holds the two equal)
 
-_SOURCE = {
-    "vmas": "vmas.make_env(scenario, ...): reset()/step() give one [num_envs, obs] float32 tensor per agent",
-    "pettingzoo": "the game's parallel (or AEC) API: each agent's observation, as reset()/step() give it",
-    "mamujoco": "gymnasium_robotics.mamujoco_v1.parallel_env: each agent's local observation (float64 numpy)",
-    "custom": "the run's env factory (env.factory): each agent's observation as it gives it",
-}
-
 
 def image_steps(image: Any) -> list[dict[str, Any]]:
     """``env.image``'s steps on a kept image ``[H, W, C]``, in the order the env applies them."""
@@ -87,7 +80,7 @@ def preprocessing(cfg: Any, ports: list[Port], layout: str) -> dict[str, Any]:
     return {
         "env": cfg.kind,
         "scenario": cfg.scenario,
-        "source": _SOURCE.get(cfg.kind, _SOURCE["custom"]),
+        "source": env_kind(cfg.kind).export_source,
         "agent_axis": "axis 1: the agents in policy.json's 'agents' order"
         if layout == "group"
         else "none: each row is one agent (any agent of the group, from any env copy)",

@@ -238,7 +238,8 @@ def _checkpoint_player(cfg: Config, key: str, source: OpponentSource, spec: Grou
         raise ConfigError(f"{key}: checkpoint:{source.target}: {err}") from None
     finally:
         torch.set_num_threads(threads)
-    other.env.close()
+    if not other.env.is_closed:  # a run loaded once for several of its groups (cross-play) is closed once
+        other.env.close()
     group = source.group or spec.name
     if group not in other.router.groups:
         raise ConfigError(

@@ -34,8 +34,7 @@ from marl_ppo.config import (
     load_config,
     to_yaml,
 )
-from marl_ppo.envs import pettingzoo_tasks, vmas_scenarios
-from marl_ppo.envs.mamujoco import SCENARIOS
+from marl_ppo.envs.kinds import env_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILES = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "tuned").glob("*.yaml"))
@@ -74,7 +73,7 @@ def test_config_file_loads_into_dataclasses(path):
         assert type(getattr(cfg, f)) is cls
     raw = yaml.safe_load(path.read_text())
     _assert_values_landed(raw, cfg, path.name)
-    known = {"vmas": vmas_scenarios, "mamujoco": lambda: SCENARIOS}.get(cfg.env.kind, pettingzoo_tasks)()
+    known = env_kind(cfg.env.kind).scenario_names()
     if cfg.env.kind == "pettingzoo" and "." in cfg.env.scenario:  # an env module by import path
         assert importlib.util.find_spec(cfg.env.scenario) is not None, cfg.env.scenario
     else:
