@@ -96,6 +96,14 @@ class Program:
     policy: Any = None
     seeds: list[int] = field(default_factory=lambda: [0])
     router_of: Callable[[int], GroupRouter] | None = None  # seed -> a router with that seed's initial parameters
+    step_of: Callable[..., AggregatedStep] = AggregatedStep  # the config's optimizer step over given parameters
+
+    @functools.cached_property
+    def step(self) -> AggregatedStep:
+        """An optimizer step over the template router's own parameters, made when first asked for (to drive
+        ``ppo_update`` by hand with one router, as benchmarks and notebooks do); a run trains with its
+        :class:`~marl_ppo.core.state.TrainState`'s step."""
+        return self.step_of(self.router)
 
     def __post_init__(self) -> None:
         if self.policy is None:
@@ -182,7 +190,10 @@ def build(
     # pool.seating=learner: one seat on the latest policy per episode, the seats in the policy's order
     seat_learners(cfg, {g: pools[g] for g in router.groups if g in pools}, shared)
     router_of = functools.partial(initial_router, cfg, trained, shared)
-    parts = Parts(env, groups, bound, router, opponents, pools, seeds=seeds, router_of=router_of)
+    step_of = functools.partial(
+        AggregatedStep, lr=cfg.train.lr, max_grad_norm=cfg.train.max_grad_norm, weights=cfg.loss.group_weights
+    )
+    parts = Parts(env, groups, bound, router, opponents, pools, seeds=seeds, router_of=router_of, step_of=step_of)
     # recurrent models: is_init and their stored states; a pool's draws: is_init
     prime_env(env, state_spec(parts.policy))
     return parts
@@ -231,14 +242,7 @@ def train_state(cfg: Config, parts: Parts) -> TrainState:
         with torch.random.fork_rng():
             others.append(parts.router_of(seed))
     stack = SeedStack([parts.router, *others])
-    step = AggregatedStep(
-        stack.trainable,
-        lr=cfg.train.lr,
-        max_grad_norm=cfg.train.max_grad_norm,
-        weights=cfg.loss.group_weights,
-        seeds=stack.seeds,
-        stacked=stack.stacked,
-    )
+    step = parts.step_of(stack.trainable, seeds=stack.seeds, stacked=stack.stacked)
     # the update's own random streams (minibatch order), seeded from each seed: the core draws nothing
     # from the global RNG, and a checkpoint carries each seed's stream's state
     generators = [torch.Generator(device=cfg.train.device).manual_seed(s) for s in parts.seeds]

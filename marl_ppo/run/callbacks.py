@@ -5,9 +5,10 @@ trainer first. Per iteration, in this order:
 
 =============================================  ============================================
 ``on_batch_collected(trainer, batch)``         after collection, the reward table and the
-                                               advantages: the batch the update trains on (its
-                                               own: a run without this hook reuses the
-                                               collector's buffer for every batch instead)
+                                               advantages: the batch the update trains on,
+                                               ``[S, E, T]`` (seeds, env copies, steps; S = 1
+                                               for one run) and its own (a run without this
+                                               hook reuses the collector's buffer instead)
 ``on_evaluation_end(trainer, returns)``        after an evaluation (every ``log.eval_every``
                                                iterations, and the final one): ``{group: return}``
 ``on_update_end(trainer, stats)``              after the iteration is logged: ``stats`` is its

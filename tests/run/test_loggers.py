@@ -222,11 +222,11 @@ def test_callbacks_are_called_in_order_with_their_arguments(tmp_path):
     rec = Recorder()
     Trainer(load_config(overrides=TINY + ["log.plot=false"]), run_dir=tmp_path / "run", callbacks=[rec]).fit()
     assert rec.calls == [
-        ("batch", 0, (4, 10), True),
+        ("batch", 0, (1, 4, 10), True),  # [S, E, T]: the seed axis, S = 1
         ("eval", 1, ["agents"]),
         ("update", 1, 1.0, True),
         ("checkpoint", 1, "iter_00001.pt"),
-        ("batch", 1, (4, 10), True),
+        ("batch", 1, (1, 4, 10), True),
         ("eval", 2, ["agents"]),
         ("update", 2, 2.0, True),
         ("checkpoint", 2, "iter_00002.pt"),
