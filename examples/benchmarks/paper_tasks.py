@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--csv", type=Path, help="append one row a seed here")
     p.add_argument("--quick", action="store_true", help="2 000 frames: does it run")
     p.add_argument("overrides", nargs="*", help="more key=value overrides")
-    args = p.parse_args()
+    args = p.parse_intermixed_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     root = args.out / args.config
     extra = QUICK if args.quick else [f"train.total_frames={args.frames}"]

@@ -151,25 +151,21 @@ ENV_KINDS: Table[EnvKind] = Table(
         ),
         # gymnasium tuple-API grids, copies stepped in one loop (envs/gym_grids.py); frames drawn by pyglet, headless
         # through EGL where no DISPLAY is set; a game's observation flattened to one float32 vector per agent
-        EnvKind(
-            "lbf",
-            "marl_ppo.envs.gym_grids:make_lbf",
-            vectorised=False,
-            renders=True,
-            cpu_only=True,
-            export_prep="flatten",
-            export_source="lbforaging's gymnasium env: reset()/step() give a tuple of each agent's observation vector",
-            scenarios="marl_ppo.envs.gym_grids:lbf_tasks",
-        ),
-        EnvKind(
-            "rware",
-            "marl_ppo.envs.gym_grids:make_rware",
-            vectorised=False,
-            renders=True,
-            cpu_only=True,
-            export_prep="flatten",
-            export_source="rware's gymnasium env: reset()/step() give a tuple of each agent's observation vector",
-            scenarios="marl_ppo.envs.gym_grids:rware_tasks",
+        *(
+            EnvKind(
+                name,
+                make,
+                vectorised=False,
+                renders=True,
+                cpu_only=True,
+                export_prep="flatten",
+                export_source=f"{package}'s gymnasium env: reset()/step() give each agent's observation vector",
+                scenarios=scenarios,
+            )
+            for name, package, make, scenarios in (
+                ("lbf", "lbforaging", "marl_ppo.envs.gym_grids:make_lbf", "marl_ppo.envs.gym_grids:lbf_tasks"),
+                ("rware", "rware", "marl_ppo.envs.gym_grids:make_rware", "marl_ppo.envs.gym_grids:rware_tasks"),
+            )
         ),
         # the library's MDP stepped for every copy in one loop (envs/overcooked.py); frames by its own sprites
         EnvKind(
