@@ -131,6 +131,50 @@ def pistonball() -> plt.Figure:
     return fig
 
 
+def paper_tasks() -> plt.Figure:
+    rows = read("paper_tasks.csv")
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(2.3 * len(tasks), 3.2))
+    for ax, task in zip(axes, tasks):
+        own = [r for r in rows if r["task"] == task]
+        for x, key, color, label in ((0, "train_team_return_last10pct", BLUE, "training"),
+                                     (1, "eval_team_return", ORANGE, "evaluation")):  # fmt: skip
+            values = [float(r[key]) for r in own if r[key] != ""]
+            ax.scatter([x] * len(values), values, color=color, s=18, label=label)
+            if values:
+                ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=color)
+        ax.set_xticks([0, 1], ["train", "eval"])
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_title(f"{task}\n{int(own[0]['frames']) // 1000}k frames a seed", fontsize=8)
+    axes[0].set_ylabel("team return")
+    fig.suptitle("MAPPO with the shipped configs: team return per seed (line: mean)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def crossplay_cramped_room() -> plt.Figure:
+    rows = read("crossplay_cramped_room.csv")
+    n = max(int(r["row"]) for r in rows) + 1
+    matrix = [[0.0] * n for _ in range(n)]
+    for r in rows:
+        matrix[int(r["row"])][int(r["col"])] = float(r["team_return"])
+    fig, ax = plt.subplots(figsize=(4.6, 3.8))
+    image = ax.imshow(matrix, cmap="viridis")
+    for i in range(n):
+        for j in range(n):
+            ax.text(j, i, f"{matrix[i][j]:.0f}", ha="center", va="center", fontsize=8,
+                    color="black" if matrix[i][j] > 100 else "white")  # fmt: skip
+        ax.add_patch(plt.Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+    ax.set_xticks(range(n), [f"seed {j}" for j in range(n)], fontsize=8)
+    ax.set_yticks(range(n), [f"seed {i}" for i in range(n)], fontsize=8)
+    ax.set(xlabel="partner (agent_1)", ylabel="run (agent_0)")
+    ax.grid(False)
+    ax.set_title("Overcooked cramped_room: team return (outlined: self-play)", fontsize=9)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
 def iteration_floor() -> plt.Figure:
     rows = read("iteration_floor.csv")
     cases = list(dict.fromkeys((r["config"], r["mode"]) for r in rows))
@@ -223,6 +267,8 @@ CHARTS: dict[str, tuple[str | None, Callable[[], plt.Figure]]] = {
     "happo_halfcheetah": ("happo_halfcheetah.csv", happo_halfcheetah),
     "tictactoe": ("tictactoe.csv", tictactoe),
     "pistonball": ("pistonball.csv", pistonball),
+    "paper_tasks": ("paper_tasks.csv", paper_tasks),
+    "crossplay_cramped_room": ("crossplay_cramped_room.csv", crossplay_cramped_room),
     "iteration_floor": ("iteration_floor.csv", iteration_floor),
     "collection": ("collection.csv", collection),
     "data_flow": (None, data_flow),
