@@ -1,4 +1,4 @@
-"""The tasks MARL papers report (LBF, RWARE, Overcooked, Hanabi), trained with the shipped configs: team returns per seed.
+"""The tasks MARL papers report (LBF, RWARE, Overcooked, Hanabi) with the shipped configs: team returns per seed.
 
 One ``marl-ppo train CONFIG train.seeds=[...]`` child process a task (the seeds stacked in one process, one
 thread), at ``--frames`` per seed. Per seed: the team return (the sum over every agent of its episode return,
