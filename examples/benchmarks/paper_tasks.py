@@ -55,6 +55,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
 
     from marl_ppo.config import from_yaml
+    from marl_ppo.envs.kinds import env_kind
     from marl_ppo.run.build import build
     from marl_ppo.run.logger import read_scalars
 
@@ -65,7 +66,7 @@ def main() -> None:
         parts = build(cfg)
         agents = {g: spec.n_agents for g, spec in parts.groups.items()}
         parts.env.close()
-        shared = cfg.env.kind in ("overcooked", "openspiel")  # every group gets the team's reward
+        shared = env_kind(cfg.env.kind).team_reward  # every group gets the team's reward
         summary = json.loads((run / "summary.json").read_text())
         final = {g: summary[f"eval/{g}/episode_reward"] for g in agents if f"eval/{g}/episode_reward" in summary}
         scalars = read_scalars(run)

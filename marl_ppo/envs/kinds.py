@@ -31,7 +31,8 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`, a
 * ``export_prep``: what a deployed policy does to the game's own observation before the exported graph
   reads it (``"flatten"``: not one float32 vector per agent, flattened; ``"cast"``: cast to float32), and
   ``export_source`` where that observation comes from (the deploy file's words);
-* ``scenarios``: ``"module:function"`` listing the valid ``env.scenario`` names (``marl-ppo list``, the tests).
+* ``scenarios``: ``"module:function"`` listing the valid ``env.scenario`` names (``marl-ppo list``, the tests);
+* ``team_reward``: every group gets the team's reward (its score is one group's return, not a sum over agents).
 
 >>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
 (True, False)
@@ -81,6 +82,7 @@ class EnvKind:
     export_prep: str | None = None
     export_source: str = "the run's env factory (env.factory): each agent's observation as it gives it"
     scenarios: str | Callable[[], Any] | None = None
+    team_reward: bool = False
 
     def scenario_names(self) -> list[str]:
         """The valid ``env.scenario`` names, as the kind's library lists them (empty: any, or a factory's)."""
@@ -177,6 +179,7 @@ ENV_KINDS: Table[EnvKind] = Table(
             export_prep="cast",  # featurize_state's float64 vector (or the lossless grid's int)
             export_source="overcooked's OvercookedGridworld: featurize_state (or the lossless grid, channels first)",
             scenarios="marl_ppo.envs.overcooked:overcooked_layouts",
+            team_reward=True,
         ),
         # pyspiel states stepped in one loop (envs/openspiel.py); games end on their own, draw no frames
         EnvKind(
@@ -188,6 +191,7 @@ ENV_KINDS: Table[EnvKind] = Table(
             export_prep="flatten",  # observation_tensor, reshaped by the game, read flat
             export_source="pyspiel: state.observation_tensor(player) (or information_state_tensor)",
             scenarios="marl_ppo.envs.openspiel:openspiel_games",
+            team_reward=True,
         ),
         # train.seeds: a factory taking num_envs holds every seed's copies (run/build.py checks the env it made)
         EnvKind(
