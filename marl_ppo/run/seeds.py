@@ -1,15 +1,16 @@
 """Many seeds in one process (``train.seeds``): what S seeds of one :class:`~marl_ppo.run.trainer.Trainer` need.
 
-The trainer runs 1..S seeds through one loop; this module holds the few pieces that are only there
-for S > 1:
+The trainer runs 1..S seeds through one loop and one shape (``[S, ...]``); this module holds the
+pieces a group of seeds adds around it:
 
 * each seed's single-run config (:func:`seed_config`: ``train.seed=s``, its own run directory), and
-  what many seeds cannot run yet (:func:`check_seeds`);
-* the seeds' training state stacked from their single-run states (:func:`stacked_state`: each seed
-  starts from the networks its single run would build, or from its own checkpoint);
-* the collection policy (:func:`seed_policy`): one env of ``S x env.num_envs`` copies, seed ``s``
-  acting on copies ``[s E, (s + 1) E)`` with its own networks, in one vmapped call;
-* the group file in each seed's directory, through which ``--resume`` of any seed resumes the group.
+  the check that a suite's seed configs differ in the seed alone (:func:`check_seeds`; what many
+  seeds cannot run is refused when the config is read, :meth:`~marl_ppo.config.Config.seed_refusals`);
+* the collection policy of stacked seeds (:func:`collection_policy`, :func:`seed_policy`): one env of
+  ``S x env.num_envs`` copies, seed ``s`` acting on copies ``[s E, (s + 1) E)`` with its own networks,
+  in one vmapped call;
+* the group file in each seed's directory, through which ``--resume`` of any seed resumes the group
+  and which names the seeds that stopped (:func:`write_group_file`, :func:`stopped_seeds`).
 
 VMAS keeps one random stream per process (DESIGN.md trap 17), and the policies sample from the
 global one: the seeds of a group are independent runs, but not the runs each seed gives alone. The

@@ -1,7 +1,8 @@
 """The trainer: collect, route rewards, advantages per group, PPO epochs with one aggregated step.
 
-One loop for one seed or many in one process (``train.seeds``): :func:`~marl_ppo.run.build.build`
-wires each seed's parts from its config, :class:`Trainer` runs the loop, and each seed logs,
+One loop and one shape for one seed or many in one process (``train.seeds``):
+:func:`~marl_ppo.run.build.build` wires the program once for every seed (one env of S x E copies),
+:func:`~marl_ppo.run.build.train_state` stacks their states, :class:`Trainer` runs the loop, and each seed logs,
 evaluates and checkpoints into its own run directory (:class:`~marl_ppo.run.record.SeedRecord`);
 the update is the algorithm's update mode (:mod:`marl_ppo.algorithms`; the joint step,
 :func:`~marl_ppo.core.update.ppo_update`), the same for every S.
