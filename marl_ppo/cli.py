@@ -52,6 +52,7 @@ def _train(args: argparse.Namespace) -> int:
         if not (run_dir / "config.yaml").exists():
             raise FileNotFoundError(f"cannot resume: {run_dir} has no config.yaml")
         if (run_dir / "seeds_group.json").exists():  # one seed of a train.seeds group: the whole group goes on
+            from marl_ppo.run.ranks import launch
             from marl_ppo.run.seeds import group_run_dirs
             from marl_ppo.run.trainer import Trainer
 
@@ -64,20 +65,28 @@ def _train(args: argparse.Namespace) -> int:
                 )
             dirs = [d for d in dirs if (d / "config.yaml").exists()]
             configs = [load_config(d / "config.yaml", overrides) for d in dirs]
+            if (code := launch(configs[0], args.argv)) is not None:  # train.ranks: its processes do the rest
+                return code
             trainer = Trainer(configs[0], configs=configs, run_dirs=dirs, resume=True)
         else:
             cfg = load_config(run_dir / "config.yaml", overrides)
+            from marl_ppo.run.ranks import launch
             from marl_ppo.run.trainer import Trainer
 
+            if (code := launch(cfg, args.argv)) is not None:
+                return code
             trainer = Trainer(cfg, run_dir=run_dir, resume=True)
     else:
         cfg = load_config(config, overrides)  # what train.seeds cannot run is refused here
+        from marl_ppo.run.ranks import launch
         from marl_ppo.run.trainer import Trainer
 
+        if (code := launch(cfg, args.argv)) is not None:  # train.ranks: N processes through torch's launcher
+            return code
         trainer = Trainer(cfg)
     for run_dir in trainer.run_dirs:
         print(f"run directory: {run_dir}")
-    if trainer.cfg.train.total_frames % trainer.cfg.train.frames_per_batch:
+    if trainer.cfg.train.total_frames % (trainer.cfg.train.frames_per_batch * trainer.cfg.train.ranks):
         from marl_ppo.config import rounded_budget
 
         print(f"marl-ppo train: {rounded_budget(trainer.cfg.train)}", file=sys.stderr)
@@ -420,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         return suite_main(argv[1:], prog="marl-ppo suite")
     parser = build_parser()
     args = _parse(parser, argv)
+    args.argv = argv  # what train.ranks starts its processes with
     from marl_ppo.run.signals import RunInterrupted  # light: no torch
 
     try:

@@ -124,11 +124,9 @@ class TrainConfig:
     """Collection and optimisation.
 
     Attributes:
-        total_frames: env steps (summed over envs) to train for, rounded up to whole batches: the run
-            does ``ceil(total_frames / frames_per_batch)`` iterations of ``frames_per_batch`` frames
-            (its ``summary.json`` records the frames done; ``run.log`` and the command line say so when
-            they differ).
-        frames_per_batch: env steps collected per iteration.
+        total_frames: env steps (summed over envs and ranks) to train for, rounded up to whole batches
+            (``summary.json`` records the frames done; ``run.log`` and the command line say when they differ).
+        frames_per_batch: env steps collected per iteration (by each rank: the run's batch is ``ranks`` times it).
         num_epochs: passes over each batch.
         minibatch_size: samples (env steps) per gradient step.
         lr: Adam learning rate.
@@ -146,6 +144,8 @@ class TrainConfig:
             compiler on CPU). The first minibatch then takes seconds to a minute to compile;
             every later one runs faster. Pays off on long runs, not on a one-minute one.
         collector: the collection backend and its workers (:class:`CollectorConfig`).
+        ranks: processes of one run, each with its own ``env.num_envs`` copies, gradients averaged over them
+            (started through ``torch.distributed.run``, as ``torchrun`` starts them; ``docs/scaling_out.md``).
     """
 
     total_frames: int = 120_000
@@ -161,12 +161,13 @@ class TrainConfig:
     num_threads: int = 0
     compile: bool = False
     collector: CollectorConfig = field(default_factory=CollectorConfig)
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         if self.num_threads < 0:
             raise ConfigError(f"train.num_threads must be >= 0 (0: torch's default), got {self.num_threads}")
         choice("train.lr_schedule", self.lr_schedule, ("constant", "linear"))
-        for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size"):
+        for name in ("total_frames", "frames_per_batch", "num_epochs", "minibatch_size", "ranks"):
             at_least(f"train.{name}", getattr(self, name), 1)
         if self.minibatch_size > self.frames_per_batch:
             raise ConfigError(
@@ -189,15 +190,15 @@ class TrainConfig:
 
     @property
     def iterations(self) -> int:
-        return -(-self.total_frames // self.frames_per_batch)
+        return -(-self.total_frames // (self.frames_per_batch * self.ranks))
 
 
 def rounded_budget(train: TrainConfig) -> str:
     """One line on a ``train.total_frames`` that is not a whole number of batches: what the run does."""
-    done = train.iterations * train.frames_per_batch
+    batch = f"train.frames_per_batch={train.frames_per_batch}" + (f" x train.ranks={train.ranks}" * (train.ranks > 1))
     return (
-        f"train.total_frames={train.total_frames} is not a multiple of train.frames_per_batch="
-        f"{train.frames_per_batch}: the run does {train.iterations} iterations, {done} frames"
+        f"train.total_frames={train.total_frames} is not a multiple of {batch}: the run does {train.iterations} "
+        f"iterations, {train.iterations * train.frames_per_batch * train.ranks} frames"
     )
 
 

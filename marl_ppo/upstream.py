@@ -46,6 +46,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     *(PrivateName(o, "_weighted_loss_entropy", "override", "core/losses.py", ("entropy",)) for o in _PPO),
     *(PrivateName(o, "_loss_mask_keys", "override", "core/losses.py", ()) for o in _PPO),
     *(
+        PrivateName(o, "_standardize_advantage", "override", "core/losses.py", ("advantage", "tensordict"))
+        for o in _PPO
+    ),
+    *(
         PrivateName(
             o, "_maybe_normalize_advantage", "override", "core/losses.py", ("advantage", "tensordict", "update_norm")
         )

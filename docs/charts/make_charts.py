@@ -133,6 +133,8 @@ def pistonball() -> plt.Figure:
 
 def paper_tasks() -> plt.Figure:
     rows = read("paper_tasks.csv")
+    # EPyMARL's published MAPPO (Table 6: the average over training, parameter sharing), where it reports the task
+    published = {r["task"]: r for r in read("epymarl_published.csv") if r["table"] == "6"}
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, len(tasks), figsize=(2.3 * len(tasks), 3.2))
     for ax, task in zip(axes, tasks):
@@ -143,11 +145,17 @@ def paper_tasks() -> plt.Figure:
             ax.scatter([x] * len(values), values, color=color, s=18, label=label)
             if values:
                 ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=color)
+        if task in published:
+            mean, steps = float(published[task]["mean"]), int(published[task]["budget_steps"]) // 10**6
+            ax.axhline(mean, color=GREY, linestyle="--", linewidth=1)
+            ax.annotate(f"EPyMARL {mean:g}, {steps}M steps", (-0.55, mean), va="bottom", fontsize=7, color=GREY)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1.25 * mean))
         ax.set_xticks([0, 1], ["train", "eval"])
         ax.set_xlim(-0.6, 1.6)
         ax.set_title(f"{task}\n{int(own[0]['frames']) // 1000}k frames a seed", fontsize=8)
     axes[0].set_ylabel("team return")
-    fig.suptitle("MAPPO with the shipped configs: team return per seed (line: mean)", fontsize=10)
+    suptitle = "MAPPO with the shipped configs: team return per seed (line: mean)"
+    fig.suptitle(f"{suptitle}\ndashed: EPyMARL MAPPO, average over 20M/40M steps", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -33,6 +33,7 @@ from tensordict.nn import TensorDictModule
 from torchrl.modules import ValueNorm
 from torchrl.objectives.value import MultiAgentGAE
 
+from marl_ppo.core.ranks import current
 from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import update_value_norm
 
@@ -170,8 +171,10 @@ def compute_advantages(
         if keys.mask is not None and keys.mask in td.keys(include_nested=True):
             mask_padding(td, keys)
             present = td.get(keys.mask)
-        if g in value_norms:
+        if g in value_norms:  # on N ranks, every rank's targets: the statistics stay the same on all
             norm, layer = value_norms[g]
-            targets = td.get(keys.value_target)
+            ranks = current()
+            targets = ranks.cat(td.get(keys.value_target))
+            present = None if present is None else ranks.cat(present)
             update_value_norm(norm, (targets if present is None else targets[present]).reshape(-1, 1), layer)
     return td

@@ -20,6 +20,8 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from marl_ppo.core.ranks import current
+
 __all__ = ["total_loss", "unique_parameters", "clip_per_seed", "AggregatedStep"]
 
 
@@ -92,7 +94,9 @@ class AggregatedStep:
     false (on the parameters' device: no host read), its gradients and first moments are zeroed, so
     its parameters stay as they were before that step while the other seeds go on;
     :meth:`failures` says why. :func:`~marl_ppo.core.update.ppo_update` fails the run when no seed is
-    alive (with one seed: at its first non-finite loss, as it always did).
+    alive (with one seed: at its first non-finite loss, as it always did). On N ranks
+    (:mod:`~marl_ppo.core.ranks`) the gradients are averaged over the ranks before the clip, and a seed
+    stops on every rank when its loss is not finite on one.
 
     Where the parameters are stored is the stack's business (:class:`~marl_ppo.core.seeds.SeedStack`):
     ``stacked=False`` (one seed's own tensors, no seed dim) clips with torch's global-norm clip,
@@ -155,10 +159,13 @@ class AggregatedStep:
         return mask.reshape(self.seeds, *[1] * (t.ndim - 1)) if self.stacked else mask.reshape([1] * t.ndim)
 
     def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
+        ranks = current()
         per_seed = total_loss(losses, self.weights).reshape(self.seeds)
         self.alive &= torch.isfinite(per_seed)
+        ranks.all_(self.alive)  # a seed whose loss is not finite on any rank stops on every rank
         self.optimizer.zero_grad(set_to_none=True)
         torch.where(self.alive, per_seed, 0.0).sum().backward()
+        ranks.mean_grads_(self.params)  # every rank's gradients averaged (a group this rank skipped adds zeros)
         dead = ~self.alive
         grads = [p.grad for p in self.params if p.grad is not None]
         for g in grads:  # a stopped seed's NaN stays out of the clip and the step

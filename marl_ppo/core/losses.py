@@ -13,6 +13,8 @@ instead of silently here:
 * ``_get_cur_log_prob(tensordict, params)`` -- records each head's new log-prob (per-head
   diagnostics);
 * ``_weighted_loss_entropy(entropy)`` -- per-head, schedulable entropy coefficients;
+* ``_standardize_advantage(advantage, tensordict)`` -- on N ranks (:mod:`marl_ppo.core.ranks`), the
+  statistics of every rank's minibatch together; on one, torchrl's own;
 * ``_reduce_loss(loss, tensordict)`` -- a reduced loss as ``[1]``, which torchrl squeezes back to a
   scalar: the same outside ``torch.vmap``, and under it (many seeds in one process,
   :mod:`marl_ppo.core.seeds`) torchrl's ``squeeze(-1)`` of a 0-dim tensor would fail;
@@ -43,6 +45,7 @@ from torchrl.modules.distributions import (
     OneHotCategorical,
 )
 
+from marl_ppo.core.ranks import current, standardize
 from marl_ppo.models.distributions import MultiCategorical, StableTanhNormal
 from marl_ppo.upstream import PRIVATE_NAMES
 
@@ -164,6 +167,13 @@ class _PerHeadLoss:
         advantage = super()._maybe_normalize_advantage(advantage, tensordict, update_norm=update_norm)
         weight = None if self.weight_key is None else tensordict.get(self.weight_key, None)
         return advantage if weight is None else advantage * weight
+
+    def _standardize_advantage(self, advantage, tensordict):
+        ranks = current()
+        if ranks.world == 1:  # torchrl's own: one process's numbers stay bit for bit
+            return super()._standardize_advantage(advantage, tensordict)
+        mask = tensordict.get("shifted_valid", default=None)
+        return standardize(advantage, mask, self.normalize_advantage_exclude_dims, ranks)
 
     def _loss_mask_keys(self):
         keys = super()._loss_mask_keys()  # torchrl ANDs every mask it finds among these

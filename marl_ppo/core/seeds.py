@@ -31,6 +31,7 @@ from torch import nn
 from torchrl.modules import MultiAgentNetBase, PopArtValueNorm
 
 from marl_ppo.core.aggregate import unique_parameters
+from marl_ppo.core.ranks import current
 from marl_ppo.core.router import GroupRouter
 
 __all__ = ["SeedStack", "seed_refusal"]
@@ -74,7 +75,9 @@ class SeedStack:
         # torch.vmap has no batching rule for a composite action's log-ratio (a TensorDict subtraction,
         # torch._foreach_sub) nor for the GRU/LSTM kernels: such a router's losses run seed by seed
         composite = any(spec.is_composite_action for spec in getattr(self.template, "groups", {}).values())
-        self.looped = not self.stacked or composite or bool(getattr(self.template, "recurrent_keys", ()))
+        # on N ranks the advantages' statistics are all-reduced inside the loss, which vmap cannot batch
+        recurrent = bool(getattr(self.template, "recurrent_keys", ()))
+        self.looped = not self.stacked or composite or recurrent or current().world > 1
         self.params = _stack(routers) if self.stacked else None
         self.trainable = (
             [t for t in _leaves(self.params) if isinstance(t, nn.Parameter) and t.requires_grad]

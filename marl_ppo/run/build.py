@@ -31,6 +31,7 @@ from torchrl.envs import EnvBase
 from marl_ppo.collect.collectors import BatchCollector, make_collector
 from marl_ppo.config import Config, EnvConfig
 from marl_ppo.core.aggregate import AggregatedStep
+from marl_ppo.core.ranks import current
 from marl_ppo.core.router import GroupRouter
 from marl_ppo.core.seeds import SeedStack
 from marl_ppo.core.state import TrainState
@@ -138,16 +139,17 @@ def build(
 ) -> Parts:
     """Env, group specs, validated reward table and template router from a config, once for
     S seeds (``seeds``, default ``[train.seed]``): one env of ``S x env.num_envs`` copies seeded with the
-    first seed, the router (seed ``seeds[0]``'s initial parameters; :func:`train_state` makes the others'
-    from their own seeds).
+    first seed (on rank r of a ranks run, :meth:`~marl_ppo.core.ranks.Ranks.seed` of it), the router (seed
+    ``seeds[0]``'s initial parameters; :func:`train_state` makes the others' from their own seeds).
 
     ``env_fn`` builds the env instead of ``cfg.env`` (see :func:`~marl_ppo.envs.make_env`); ``players``
     (``{group: act}``) play those groups as scripted opponents instead of what ``opponents`` names.
     """
     seeds = list(seeds or [cfg.train.seed])
     torch.set_num_threads(cfg.train.num_threads or auto_threads())  # 0: auto (marl_ppo/run/threads.py)
-    seed_everything(seeds[0])
-    env = make_env(cfg.env, seed=seeds[0], env_fn=env_fn, num_envs=len(seeds) * cfg.env.num_envs)
+    own = current().seed(seeds[0])  # rank r of a ranks run: its own env copies and streams (rank 0: the seed)
+    seed_everything(own)
+    env = make_env(cfg.env, seed=own, env_fn=env_fn, num_envs=len(seeds) * cfg.env.num_envs)
     copies = len(seeds) * cfg.env.num_envs
     if len(seeds) > 1 and tuple(env.batch_size[:1]) != (copies,):  # a custom factory that ignores num_envs
         env.close()

@@ -92,21 +92,23 @@ def start_notes(run_dir: Path, collector: str, train: TrainConfig) -> None:
     """The notes a run starts with: the collector it got, and its budget where ``train.total_frames`` is not
     a whole number of batches."""
     note(run_dir, f"collector: {collector}")
-    if train.total_frames % train.frames_per_batch:
+    if train.total_frames % (train.frames_per_batch * train.ranks):
         note(run_dir, f"frames: {rounded_budget(train)}")
 
 
-def collector_text(collector, env: Any = None, seeds: Sequence[int] = ()) -> str:
+def collector_text(collector, env: Any = None, seeds: Sequence[int] = (), ranks: int = 1) -> str:
     """The collector a run got, in one line (its notes and ``summary.json`` keep it), with the reason the
     lean VMAS path declined where it did, how ``env`` steps where it says
-    (:class:`~marl_ppo.envs.aec_games.AecGames`) and the ``seeds`` it collects for (``train.seeds``)."""
+    (:class:`~marl_ppo.envs.aec_games.AecGames`), the ``seeds`` it collects for (``train.seeds``) and the
+    ``ranks`` that each run one (``train.ranks``)."""
     text = collector.description
     if collector.declined:
         text += f"; the lean VMAS collector declined: {collector.declined}"
     stepping = getattr(env.base_env if isinstance(env, TransformedEnv) else env, "description", None)
     if isinstance(stepping, str):
         text += f"; {stepping}"
-    return text + (f", {len(seeds)} seeds in one process (train.seeds)" if seeds else "")
+    text += f", {len(seeds)} seeds in one process (train.seeds)" if seeds else ""
+    return text + (f"; on each of {ranks} ranks (the batch: {ranks} x train.frames_per_batch)" * (ranks > 1))
 
 
 def finished_summary(run_dir: Path, frames: int, total_frames: int) -> dict[str, Any]:

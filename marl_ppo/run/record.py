@@ -48,6 +48,8 @@ class SeedRecord:
     the seed starts from.
     """
 
+    writes = True  # it writes its directory (a rank r > 0 keeps a record that does not)
+
     def __init__(
         self,
         cfg: Config,
@@ -198,17 +200,19 @@ class SeedRecords(list):
     :attr:`stopped`: the seeds that stopped on a non-finite loss (by index, why), kept in the group file."""
 
     @classmethod
-    def open(cls, configs, planned, parts: Parts, state: TrainState, *, resume: bool, env_fn=None) -> SeedRecords:
+    def open(cls, configs, planned, parts: Parts, state: TrainState, *, resume: bool, env_fn=None,
+             record: type = SeedRecord) -> SeedRecords:  # fmt: skip
         """Each seed's record of ``planned`` (its directory), its frozen opponents pinned into a new directory;
         with ``resume``, every seed still training from the newest iteration all of them have a checkpoint of,
         and each seed that had stopped from its own last checkpoint, stopped again (its slot of ``state`` finite,
-        its ``alive`` false, nothing written to its directory but the resume's notes)."""
-        configs = pinned_configs(configs, planned) if not resume else configs  # frozen opponents copied in
+        its ``alive`` false, nothing written to its directory but the resume's notes). ``record``: the type of
+        each seed's record (a rank that writes nothing keeps :class:`~marl_ppo.run.ranks.RankRecord`)."""
+        configs = pinned_configs(configs, planned) if not resume and record.writes else configs  # opponents copied in
         stopped = stopped_seeds(planned[0]) if resume else {}
         meet = common_iteration([d for s, d in enumerate(planned) if s not in stopped]) if resume else None
         order = sorted(range(len(planned)), key=lambda s: s not in stopped)  # stopped first: the others set counters
         opened = {
-            s: SeedRecord(configs[s], planned[s], parts, state, s, resume=resume,
+            s: record(configs[s], planned[s], parts, state, s, resume=resume,
                           resume_at=None if s in stopped else meet, env_fn=env_fn)
             for s in order
         }  # fmt: skip

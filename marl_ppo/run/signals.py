@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from marl_ppo.envs.workers import STOP_SIGNALS  # light: the envs package loads lazily
@@ -56,6 +57,15 @@ class StopSignals:
         if self.requested is not None:  # the second one: stop now
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping at once")
         self.requested = signal.Signals(signum).name
+
+    def agree(self, most: Callable[[int], int]) -> str | None:
+        """The signal that any process of the run got, now :attr:`requested` here too (``most``: the ranks'
+        maximum of a number, :meth:`~marl_ppo.core.ranks.Ranks.max`; one process: itself). Every rank asks at
+        the same points, so all stop at the same step."""
+        signum = most(int(signal.Signals[self.requested]) if self.requested else 0)
+        if signum and self.requested is None:
+            self.requested = signal.Signals(signum).name
+        return self.requested
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():

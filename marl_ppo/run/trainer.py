@@ -44,7 +44,8 @@ from marl_ppo.run.frozen_images import checked_first_batch
 from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.payoff import check_payoff
-from marl_ppo.run.record import CHECKPOINT_FORMAT, SeedRecords
+from marl_ppo.run.ranks import join, open_records, restart_envs
+from marl_ppo.run.record import CHECKPOINT_FORMAT
 from marl_ppo.run.resume import EpisodeRestarts
 from marl_ppo.run.seeds import (
     check_seeds,
@@ -87,8 +88,8 @@ class Trainer:
         configs: Sequence[Config] | None = None,
         run_dirs: Sequence[str | Path | None] | None = None,
     ) -> None:
-        cfg = record_factory(cfg, env_fn, players)
-        self.env_fn, self.callbacks = env_fn, Callbacks(callbacks)
+        cfg, self.ranks = join(record_factory(cfg, env_fn, players))  # torchrun's processes, or one
+        self.env_fn, self.callbacks = env_fn, Callbacks(callbacks if self.ranks.main else ())  # rank 0's
         self.grouped = configs is not None or bool(cfg.train.seeds)
         configs = list(configs) if configs is not None else seed_configs(cfg)
         self.seeds = [c.train.seed for c in configs]
@@ -98,15 +99,15 @@ class Trainer:
         check_seeds(configs)  # what S seeds cannot run, before anything is built
         self.cfg = configs[0]
         self.cfg.check_machine()  # before a run directory exists
-        planned = [run_directory(c, d, resume) for c, d in zip(configs, run_dirs)]
+        planned = [run_directory(c, d, resume or not self.ranks.main) for c, d in zip(configs, run_dirs)]
         self.parts = parts = build(self.cfg, self.seeds, env_fn=env_fn, players=players)  # one env, S x E copies
         self.state = state = train_state(self.cfg, parts)
         check_payoff(self.cfg, parts)
-        self.records = SeedRecords.open(configs, planned, parts, state, resume=resume, env_fn=env_fn)
+        self.records = open_records(self.ranks, configs, planned, parts, state, resume=resume, env_fn=env_fn)
         self.cfg = self.records[0].cfg  # its frozen opponents pinned into its directory
         self.env, self.policy = parts.env, collection_policy(parts, state.stack)  # seed s on copies [s E, (s+1) E)
-        self.group_dir = seed_group_dir(cfg, self.run_dirs, resume)  # a resumed group's too
-        if self.grouped:
+        self.group_dir = seed_group_dir(cfg, self.run_dirs, resume) if self.ranks.main else None  # resumed too
+        if self.group_dir is not None or (self.grouped and self.ranks.main):
             self.records.write_group(self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._stop_requested, self._restart = False, EpisodeRestarts()
@@ -149,33 +150,34 @@ class Trainer:
         remaining = cfg.train.total_frames - state.frames
         if remaining <= 0 or self._stop_requested:  # finished or stopped: each seed completes or keeps its record
             return self._result([self._completed(s) for s in range(len(self.records))])
-        remaining = -(-remaining // cfg.train.frames_per_batch) * cfg.train.frames_per_batch  # whole batches
+        batch = cfg.train.frames_per_batch * self.ranks.world  # each rank's frames_per_batch
+        remaining = -(-remaining // batch) * cfg.train.frames_per_batch  # this rank's, in whole batches
         reuse = dict(reuse_batch=not self.callbacks.has("on_batch_collected"))  # a batch no callback reads: not cloned
         collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds, **reuse)
-        self.collector_used = collector_text(collector, self.env, seeds=self.seeds if self.grouped else ())
+        self.collector_used = collector_text(collector, self.env, self.seeds if self.grouped else (), self.ranks.world)
         for record in self.records:
             start_notes(record.run_dir, self.collector_used, cfg.train)
         resumed = self.records[0].resume
         if resumed is not None and resumed.rng is not None:
-            self._restart(collector, resumed.rng, cfg.train.seed + self.iteration)  # as the uninterrupted run did
+            restart_envs(self._restart, collector, resumed.rng, cfg.train.seed + self.iteration, self.ranks)
         progress = self.records[0].logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
         try:
             with StopSignals() as stop:
+                should_stop = lambda: stop.agree(self.ranks.max) is not None  # noqa: E731 (a signal to any rank)
                 t0 = time.perf_counter()
                 for batch in checked_first_batch(collector, self.parts.groups, enabled=cfg.env.image.check_changes):
-                    if stop.requested:
+                    if should_stop():
                         raise StopRequested
-                    should_stop = lambda: stop.requested is not None  # noqa: E731
                     self._iterate(batch, time.perf_counter() - t0, should_stop=should_stop, progress=progress)
                     collector.update_policy_weights_()
-                    if stop.requested:
+                    if should_stop():
                         raise StopRequested
                     if self.checkpoint_due() and state.frames < cfg.train.total_frames:
                         for s in self.records.live():
                             self._save(s)
                         rng = self.records[self.records.live()[0]].snapshot["rng"]
-                        self._restart(collector, rng, cfg.train.seed + self.iteration)
-                    if self._stop_requested:  # after this iteration's checkpoint (whose callbacks may ask it)
+                        restart_envs(self._restart, collector, rng, cfg.train.seed + self.iteration, self.ranks)
+                    if self.ranks.any(self._stop_requested):  # after this checkpoint (whose callbacks may ask it)
                         break
                     t0 = time.perf_counter()
         except StopRequested:
@@ -220,7 +222,7 @@ class Trainer:
         lr, entropy_scale = state.scheduler.get_last_lr()[0], state.entropy_scale  # what this update used
         state.scheduler.step()
         state.iteration += 1
-        state.frames += batch.numel() // state.seeds
+        state.frames += batch.numel() // state.seeds * self.ranks.world  # the run's frames: every rank's
         pool_metrics = parts.after_update(state.iteration, batch)  # a pool's ratings and snapshot of this iteration
         for s in self.records.live():
             record = self.records[s]
@@ -242,7 +244,8 @@ class Trainer:
             record.logger.log(metrics, state.frames)
             self.callbacks("on_update_end", self, metrics)
             record.keep(record.checkpoint(state, s, self.checkpoint_due()))
-        progress.update(batch.numel() // state.seeds, {g: state.returns[0].get(g) for g in parts.groups})
+        frames = batch.numel() // state.seeds * self.ranks.world
+        progress.update(frames, {g: state.returns[0].get(g) for g in parts.groups})
 
     def stop(self) -> None:
         """Ends the run after the current iteration, as when ``train.total_frames`` is reached
