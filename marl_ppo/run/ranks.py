@@ -191,4 +191,6 @@ def open_records(ranks: Ranks, configs, planned, parts: Parts, state: TrainState
     if not ranks.main:
         records = SeedRecords.open(configs, [Path(d) for d in dirs], parts, state, resume=resume, record=RankRecord)
     ranks.broadcast_(state.stack.trainable)  # equal already (one seed, one checkpoint): made sure of
+    if not ranks.main:  # its own streams (building the router reseeded them with the run's seed)
+        seed_everything(ranks.seed(configs[0].train.seed))
     return records

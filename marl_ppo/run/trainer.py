@@ -155,7 +155,7 @@ class Trainer:
         reuse = dict(reuse_batch=not self.callbacks.has("on_batch_collected"))  # a batch no callback reads: not cloned
         collector = build_collector(cfg, self.env, self.policy, total_frames=remaining, seeds=state.seeds, **reuse)
         self.collector_used = collector_text(collector, self.env, self.seeds if self.grouped else (), self.ranks.world)
-        for record in self.records:
+        for record in (r for r in self.records if r.writes):  # rank 0's
             start_notes(record.run_dir, self.collector_used, cfg.train)
         resumed = self.records[0].resume
         if resumed is not None and resumed.rng is not None:

@@ -1,0 +1,164 @@
+"""One run on two processes (``train.ranks=2``) through the CLI, as a user starts it (torch's launcher).
+
+* rank 0 owns the run: one directory, one ``config.yaml`` recording the ranks, logs written once with
+  the global frame count, one summary on stdout;
+* seeds compose with ranks (each rank holds the stack of seeds over its own copies);
+* SIGTERM to rank 1 stops every rank at the same step with one checkpoint, and ``--resume`` (through
+  ``train.ranks`` again) ends equal, bit for bit, to the uninterrupted run;
+* SIGKILL of rank 1: the other rank ends within a bounded time, the launcher names the lost rank, and
+  ``--resume`` finishes the run;
+* what ranks cannot run with is refused in one line before any process starts.
+
+The tests wait on events (a checkpoint file appears, a process exits), never on timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from marl_ppo.cli import main
+
+pytestmark = pytest.mark.slow  # whole runs in several processes
+
+FPB = 40  # per rank: 4 envs x 10 steps
+TINY = [
+    "env.num_envs=4",
+    "env.max_steps=10",
+    "env.kwargs.n_agents=2",
+    f"train.frames_per_batch={FPB}",
+    f"train.total_frames={6 * 2 * FPB}",  # 6 iterations of 2 ranks
+    "train.num_epochs=2",
+    "train.minibatch_size=20",
+    "train.num_threads=1",
+    "model.hidden=[16]",
+    "loss.normalize_advantage=true",
+    "log.checkpoint_every=1",
+    "log.eval_every=3",
+    "log.eval_episodes=2",
+    "log.progress=false",
+    "log.plot=false",
+]
+
+
+def _cli(*args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "marl_ppo", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)  # fmt: skip
+
+
+def _finished(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _train(*args: str) -> tuple[int, str, str]:
+    return _finished(_cli("train", *args))
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    """Until ``path`` exists (the event), failing if the run ends first."""
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before {path} appeared: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.05)
+
+
+def _rank(proc: subprocess.Popen, rank: int) -> psutil.Process:
+    """The worker process of ``rank`` among ``proc``'s descendants (torch's launcher sets ``RANK``)."""
+    while True:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if child.environ().get("RANK") == str(rank) and "marl_ppo" in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        if proc.poll() is not None:
+            raise AssertionError("the run ended before its ranks were found")
+        time.sleep(0.05)
+
+
+def _params(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["router"]
+
+
+def test_rank_0_writes_the_one_record_of_a_two_rank_run(tmp_path):
+    code, out, err = _train(*TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=two")
+    assert code == 0, err[-3000:]
+    (run_dir,) = [d for d in tmp_path.iterdir()]
+    assert "  ranks: 2" in (run_dir / "config.yaml").read_text().splitlines()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["iteration"], summary["frames"]) == (6, 6 * 2 * FPB)
+    assert out.count("run directory:") == 1 and json.loads(out[out.rindex("\n{") :]) == summary  # rank 0 speaks
+    notes = (run_dir / "run.log").read_text().splitlines()
+    assert len([n for n in notes if "collector:" in n]) == 1 and "on each of 2 ranks" in notes[0]
+    steps = [int(line.split(",")[0]) for line in (run_dir / "logs/scalars/train/loss.csv").read_text().split()]
+    assert steps == [2 * FPB * i for i in range(1, 7)]  # once per iteration, the run's frames
+
+
+def test_seeds_on_ranks_each_rank_holding_the_stack(tmp_path):
+    code, out, err = _train(*TINY, "train.ranks=2", "train.seeds=[0,1]", f"log.root={tmp_path}", "log.name=g")
+    assert code == 0, err[-3000:]
+    runs = sorted(d for d in tmp_path.iterdir() if (d / "summary.json").exists())
+    assert [d.name for d in runs] == ["g-seed0", "g-seed1"]
+    for run_dir in runs:
+        assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
+    first, second = (_params(d) for d in runs)
+    assert any(not torch.equal(first[k], second[k]) for k in first)  # two seeds, not one twice
+
+
+def test_sigterm_to_rank_1_stops_both_with_one_checkpoint_and_resume_is_exact(tmp_path):
+    code, _, err = _train(*TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=whole")
+    assert code == 0, err[-3000:]
+    proc = _cli("train", *TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=cut")
+    run_dir = tmp_path / "cut"
+    _wait_for(run_dir / "checkpoints" / "iter_00002.pt", proc)
+    _rank(proc, 1).send_signal(signal.SIGTERM)
+    code, _, err = _finished(proc)
+    assert code != 0
+    error = (run_dir / "error.txt").read_text()
+    assert "SIGTERM" in error and "--resume" in error, error
+    stopped = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["iteration"]
+    assert 2 <= stopped < 6
+    code, _, err = _train("--resume", str(run_dir))
+    assert code == 0, err[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
+    whole, resumed = _params(tmp_path / "whole"), _params(run_dir)
+    for key, value in whole.items():
+        assert torch.equal(resumed[key], value), key
+
+
+def test_sigkill_of_rank_1_ends_the_run_naming_it_and_resume_finishes(tmp_path):
+    proc = _cli("train", *TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=killed")
+    run_dir = tmp_path / "killed"
+    _wait_for(run_dir / "checkpoints" / "iter_00002.pt", proc)
+    _rank(proc, 1).send_signal(signal.SIGKILL)
+    code, out, err = _finished(proc, timeout=180)  # bounded: no rank waits forever on the lost one
+    assert code != 0
+    assert "rank" in err and "-9" in err and "(local_rank: 1)" in err, err[-3000:]  # the launcher names it
+    code, _, err = _train("--resume", str(run_dir))
+    assert code == 0, err[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["train.collector.backend=process", "train.collector.num_collectors=2"], "train.collector.backend=process"),
+        (["loss.algorithm=happo", "loss.happo.order=random"], "loss.happo.order=random"),
+    ],
+)
+def test_what_ranks_cannot_run_is_refused_before_any_process_starts(overrides, words, tmp_path, capsys):
+    assert main(["train", *TINY, "train.ranks=2", *overrides, f"log.root={tmp_path}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "train.ranks=2" in err[0], err
+    assert not list(tmp_path.iterdir())
+    assert "WORLD_SIZE" not in os.environ
