@@ -9,6 +9,10 @@ median iteration's seconds) and the weak-scaling efficiency, fps(N) / (N x fps(1
 * ``navigation``: the shipped default config (60 envs, 6 000 frames a batch, 10 epochs of minibatch 400);
 * ``update-heavy``: the same with 30 epochs of minibatch 200 (the update is most of an iteration).
 
+The control: as many one-rank runs as ranks, at once (the same cores busy, nothing shared between
+them); the ranks' frames/s over theirs is what the ranks' agreement costs, apart from the cores
+slowing each other.
+
 **All-reduce**: under torch's launcher, 2 ranks average the default router's gradients
 (:meth:`~marl_ppo.core.ranks.Ranks.mean_grads_`, one flat buffer) ``--calls`` times; the per-iteration cost
 is that times the minibatches of an iteration (epochs x frames_per_batch / minibatch_size), plus the
@@ -44,13 +48,31 @@ SETTINGS = {
 }
 
 
-def _train(overrides: list[str], root: Path, name: str) -> Path:
-    cmd = [sys.executable, "-m", "marl_ppo", "train", *overrides, f"log.root={root}", f"log.name={name}",
-           "log.progress=false", "log.plot=false", "log.eval_every=0"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-    return root / name
+def _command(overrides: list[str], root: Path, name: str) -> list[str]:
+    return [sys.executable, "-m", "marl_ppo", "train", *overrides, f"log.root={root}", f"log.name={name}",
+            "log.progress=false", "log.plot=false", "log.eval_every=0"]  # fmt: skip
+
+
+def _train(overrides: list[str], root: Path, name: str, copies: int = 1) -> list[Path]:
+    """``copies`` runs of ``overrides`` at once (their directories ``name``, ``name-2``, ...)."""
+    names = [name] + [f"{name}-{i}" for i in range(2, copies + 1)]
+    procs = [subprocess.Popen(_command(overrides, root, n), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT) for n in names]  # fmt: skip
+    for proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(proc.args)} failed:\n{err[-3000:]}")
+    return [root / n for n in names]
+
+
+def _seconds(run_dir: Path) -> tuple[float, float, float]:
+    """The median iteration's collection, update and total seconds (the first iteration not counted)."""
+    collect, update = _column(run_dir, "collect_s")[1:], _column(run_dir, "update_s")[1:]
+    return (
+        statistics.median(collect),
+        statistics.median(update),
+        statistics.median(c + u for c, u in zip(collect, update)),
+    )
 
 
 def _column(run_dir: Path, name: str) -> list[float]:
@@ -68,14 +90,17 @@ def speed(args, root: Path) -> list[dict]:
         one = None
         for n in args.ranks:
             overrides = [*base, f"train.ranks={n}", f"train.total_frames={args.iterations * n * _fpb(base)}"]
-            run_dir = _train(overrides, root, f"{setting}-{n}")
-            collect, update = _column(run_dir, "collect_s")[1:], _column(run_dir, "update_s")[1:]
-            seconds = statistics.median(c + u for c, u in zip(collect, update))
+            collect, update, seconds = _seconds(_train(overrides, root, f"{setting}-{n}")[0])
             fps = n * _fpb(base) / seconds
             one = fps if n == 1 else one
-            rows.append({"setting": setting, "ranks": n, "collect_s": statistics.median(collect),
-                         "update_s": statistics.median(update), "fps": fps,
-                         "efficiency": fps / (n * one) if one else None})  # fmt: skip
+            apart = None
+            if n > 1:  # the control: n one-rank runs at once, the same cores busy, nothing shared
+                runs = _train(
+                    [*base, f"train.total_frames={args.iterations * _fpb(base)}"], root, f"{setting}-apart{n}", n
+                )
+                apart = sum(_fpb(base) / _seconds(d)[2] for d in runs)
+            rows.append({"setting": setting, "ranks": n, "collect_s": collect, "update_s": update, "fps": fps,
+                         "efficiency": fps / (n * one) if one else None, "apart_fps": apart})  # fmt: skip
     return rows
 
 
@@ -170,11 +195,24 @@ def main() -> None:
         args.iterations, args.calls = 3, 20
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        print("| setting | ranks | collect s | update s | frames/s (run) | weak-scaling efficiency |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "| setting | ranks | collect s | update s | frames/s (run) | weak-scaling efficiency | "
+            "as many one-rank runs at once, frames/s (all) | ranks / those |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for r in speed(args, root):
             eff = "" if r["efficiency"] is None else f"{r['efficiency']:.2f}"
-            cells = [r["setting"], r["ranks"], f"{r['collect_s']:.2f}", f"{r['update_s']:.2f}", f"{r['fps']:.0f}", eff]
+            apart = r["apart_fps"]
+            cells = [
+                r["setting"],
+                r["ranks"],
+                f"{r['collect_s']:.2f}",
+                f"{r['update_s']:.2f}",
+                f"{r['fps']:.0f}",
+                eff,
+                "" if apart is None else f"{apart:.0f}",
+                "" if apart is None else f"{r['fps'] / apart:.2f}",
+            ]
             print("| " + " | ".join(map(str, cells)) + " |")
         a = allreduce(args)
         print(f"\nall-reduce of {a['parameters']} gradient elements: {a['ms_per_call']:.3f} ms a step, plus "

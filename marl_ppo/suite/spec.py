@@ -346,6 +346,11 @@ def plan(
                 cfg.train.seed = seed
                 cfg.log.root = str(out_dir / "runs")
                 cfg.log.name = f"{name}-{cfg.loss.algorithm}{'-' + run_slug(variant) if variant else ''}-seed{seed}"
+                if cfg.train.ranks > 1:  # its N processes come from torch's launcher, not from a suite's job
+                    raise SuiteError(
+                        f"{where} ({name}): train.ranks={cfg.train.ranks}: a suite runs each job in one "
+                        "process; start a ranks run with marl-ppo train or torchrun (docs/scaling_out.md)"
+                    )
                 competitive = competitive_reason(cfg)
                 if competitive and not task.score:
                     raise SuiteError(

@@ -162,3 +162,53 @@ def test_what_ranks_cannot_run_is_refused_before_any_process_starts(overrides, w
     assert len(err) == 1 and words in err[0] and "train.ranks=2" in err[0], err
     assert not list(tmp_path.iterdir())
     assert "WORLD_SIZE" not in os.environ
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.kind=gru", "model.seq_len=5", "train.minibatch_size=20"],  # recurrent
+        [
+            "loss.algorithm=happo",
+            "loss.happo.order=fixed",
+            "env.scenario=simple_tag",
+            "env.kwargs={num_good_agents: 1, num_adversaries: 2}",
+        ],  # fmt: skip  (a sequential update over two groups)
+        ["model.hidden=[8]", "train.seeds=[3,4]", "loss.value_norm=running"],
+        ["loss.value_norm=popart"],
+    ],
+    ids=["gru", "happo-two-groups", "seeds-value-norm", "popart"],
+)
+def test_ranks_compose_with_models_algorithms_and_seeds(overrides, tmp_path):
+    tiny = [o for o in TINY if not o.startswith("env.kwargs")] if any("scenario" in o for o in overrides) else TINY
+    code, _, err = _train(*tiny, "train.ranks=2", *overrides, f"log.root={tmp_path}", "log.name=c")
+    assert code == 0, err[-3000:]
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("c*/summary.json")]
+    assert summaries and all(s["frames"] == 6 * 2 * FPB for s in summaries)
+
+
+def test_two_launchers_one_rendezvous_make_one_run(tmp_path):
+    """Two "machines": two torch launchers on this one, one process each, meeting at one rendezvous endpoint."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=localhost:{port}", "--rdzv-id=two-nodes", "-m", "marl_ppo", "train", *TINY,
+            f"log.root={tmp_path}", "log.name=nodes"]  # fmt: skip
+    procs = [subprocess.Popen(node, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        code, _, err = _finished(proc)
+        assert code == 0, err[-3000:]
+    run_dir = tmp_path / "nodes"
+    assert "  ranks: 2" in (run_dir / "config.yaml").read_text().splitlines()
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
+
+
+def test_a_suite_refuses_a_ranks_job_before_it_runs(tmp_path):
+    from marl_ppo.suite import Suite, SuiteError, TaskSpec, plan
+
+    with pytest.raises(SuiteError, match=r"train.ranks=2: a suite runs each job in one process"):
+        plan(Suite(tasks=(TaskSpec(),), seeds=(0,)), out=tmp_path, overrides=["train.ranks=2"])
+    assert not list(tmp_path.iterdir())
