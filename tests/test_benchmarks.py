@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         ("throughput.py", r"ratio ours/floor\s+[0-9.]+x"),
         ("group_count.py", r"[0-9.]+x"),
+        ("ranks.py", r"\| navigation \| 2 \| .* \| [0-9]\.[0-9]+ \|"),  # 2 ranks' efficiency against 1 rank
     ],
 )
 def test_benchmark_script_quick(script, pattern):
