@@ -16,7 +16,7 @@ slowing each other.
 **All-reduce**: under torch's launcher, 2 ranks average the default router's gradients
 (:meth:`~marl_ppo.core.ranks.Ranks.mean_grads_`, one flat buffer) ``--calls`` times; the per-iteration cost
 is that times the minibatches of an iteration (epochs x frames_per_batch / minibatch_size), plus the
-other collectives of a step (the alive flags and the stop signal).
+step's other collective (whether any rank got a stop signal).
 
 **Learning** (``--learning``): seeds 0..S-1 (``train.seeds``) of navigation at the same total frames,
 one rank with E envs, minibatch M against two ranks with E/2 envs and minibatch M/2 each (the same
@@ -141,8 +141,7 @@ def allreduce_worker(args) -> None:
         ranks.mean_grads_(params)
     per_call = (time.perf_counter() - t0) / args.calls
     t0 = time.perf_counter()
-    for _ in range(args.calls):  # the other collectives of a step: the alive flags, the stop signal
-        ranks.all_(torch.ones(1, dtype=torch.bool))
+    for _ in range(args.calls):  # the other collective of a step: whether any rank got a stop signal
         ranks.any(False)
     flags = (time.perf_counter() - t0) / args.calls
     steps = cfg.train.num_epochs * (cfg.train.frames_per_batch // cfg.train.minibatch_size)
@@ -216,7 +215,7 @@ def main() -> None:
             print("| " + " | ".join(map(str, cells)) + " |")
         a = allreduce(args)
         print(f"\nall-reduce of {a['parameters']} gradient elements: {a['ms_per_call']:.3f} ms a step, plus "
-              f"{a['ms_flags_per_step']:.3f} ms of flags; x {a['steps_per_iteration']} steps = "
+              f"{a['ms_flags_per_step']:.3f} ms for the stop signal; x {a['steps_per_iteration']} steps = "
               f"{a['s_per_iteration']:.3f} s an iteration")  # fmt: skip
         if args.learning:
             rows = learning(args, root)

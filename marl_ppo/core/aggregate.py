@@ -159,13 +159,13 @@ class AggregatedStep:
         return mask.reshape(self.seeds, *[1] * (t.ndim - 1)) if self.stacked else mask.reshape([1] * t.ndim)
 
     def __call__(self, losses: TensorDictBase) -> dict[str, torch.Tensor]:
-        ranks = current()
         per_seed = total_loss(losses, self.weights).reshape(self.seeds)
         self.alive &= torch.isfinite(per_seed)
-        ranks.all_(self.alive)  # a seed whose loss is not finite on any rank stops on every rank
         self.optimizer.zero_grad(set_to_none=True)
         torch.where(self.alive, per_seed, 0.0).sum().backward()
-        ranks.mean_grads_(self.params)  # every rank's gradients averaged (a group this rank skipped adds zeros)
+        # on N ranks, one all-reduce: every rank's gradients averaged (a group this rank skipped adds zeros),
+        # and a seed whose loss is not finite on any rank stops on every rank (its gradients zeroed below)
+        current().mean_grads_(self.params, self.alive)
         dead = ~self.alive
         grads = [p.grad for p in self.params if p.grad is not None]
         for g in grads:  # a stopped seed's NaN stays out of the clip and the step

@@ -8,7 +8,8 @@ it always was, bit for bit):
 * gradients, averaged before the one clip and the one optimizer step
   (:class:`~marl_ppo.core.aggregate.AggregatedStep`), every trainable tensor included: a group that
   computed nothing on a rank adds zeros, so every rank makes the same collective calls (no hang);
-* which seeds are still alive (a non-finite loss on any rank stops that seed on all);
+* which seeds are still alive (a non-finite loss on any rank stops that seed on all; in the gradients'
+  all-reduce);
 * advantage standardisation over the global minibatch (:func:`standardize`: one all-reduce of count,
   sum and sum of squares), not each rank's share;
 * the value normaliser's statistics (every rank folds in every rank's targets, :meth:`Ranks.cat`);
@@ -55,22 +56,28 @@ class Ranks:
         """This rank's env and random-stream seed for the run's ``seed`` (rank 0: ``seed`` itself)."""
         return seed + self.rank * RANK_SEED_STRIDE
 
-    def mean_grads_(self, params: Sequence[torch.Tensor]) -> None:
-        """Each parameter's gradient averaged over the ranks, in place: one all-reduce of one flat buffer.
+    def mean_grads_(self, params: Sequence[torch.Tensor], alive: torch.Tensor | None = None) -> None:
+        """Each parameter's gradient averaged over the ranks, in place, and ``alive`` (a boolean per seed) made
+        true where it is true on every rank: one all-reduce of one flat buffer.
 
         A parameter without a gradient on this rank (its group computed nothing here) adds zeros; one
         without a gradient on every rank keeps none (an optimizer skips it, as HAPPO's units need).
         """
         if self.world == 1 or not params:
             return
-        had = torch.tensor([p.grad is not None for p in params], dtype=params[0].dtype, device=params[0].device)
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params] + [had])
+        like = dict(dtype=params[0].dtype, device=params[0].device)
+        had = torch.tensor([p.grad is not None for p in params], **like)
+        flags = [had] if alive is None else [had, alive.to(**like)]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params] + flags)
         dist.all_reduce(flat)
-        flat[: -len(params)] /= self.world
-        counts = flat[-len(params) :].tolist()
+        grads = flat[: -sum(f.numel() for f in flags)]
+        grads /= self.world
+        if alive is not None:  # alive on every rank: its flag summed to the world size
+            alive &= flat[grads.numel() + len(params) :] == self.world
+        counts = flat[grads.numel() : grads.numel() + len(params)].tolist()
         offset = 0
         for p, count in zip(params, counts):
-            p.grad = flat[offset : offset + p.numel()].view_as(p) if count > 0 else None
+            p.grad = grads[offset : offset + p.numel()].view_as(p) if count > 0 else None
             offset += p.numel()
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -78,14 +85,6 @@ class Ranks:
         if self.world > 1:
             dist.all_reduce(tensor)
         return tensor
-
-    def all_(self, mask: torch.Tensor) -> torch.Tensor:
-        """A boolean ``mask``, true where it is true on every rank, in place; returns it."""
-        if self.world > 1:
-            agreed = mask.to(torch.int32)
-            dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-            mask.copy_(agreed.bool())
-        return mask
 
     def max(self, value: int) -> int:
         """The largest of every rank's ``value`` (a host read on every rank: use it between steps)."""

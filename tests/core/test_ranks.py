@@ -10,6 +10,7 @@ standardised over both halves together and the value normaliser takes in both ha
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 from pathlib import Path
 
@@ -100,3 +101,22 @@ def test_standardize_from_moments_is_torchrls_standardisation(mask):
     loc = (advantage * w).sum((0, 1, 3), keepdim=True) / w.sum((0, 1, 3), keepdim=True)
     scale = (((advantage - loc) ** 2 * w).sum((0, 1, 3), keepdim=True) / w.sum((0, 1, 3), keepdim=True)).sqrt()
     torch.testing.assert_close(got, (advantage - loc) / scale)
+
+
+def test_a_loss_not_finite_on_one_rank_stops_the_run_on_both_at_the_same_step(tmp_path):
+    overrides = list(BASE)
+    parts = build(load_config(None, overrides))
+    with torch.no_grad():
+        batch = parts.reward_table(parts.env.rollout(8, parts.policy, break_when_any_done=False))
+    parts.env.close()
+    batch.memmap(tmp_path / "batch")
+    start = parts.router.state_dict()
+    torch.save(start, tmp_path / "router.pt")
+    command = launch_command(2, [])[:-2] + [str(WORKER), str(tmp_path), *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "POISON_RANK": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for r in range(2):
+        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=True)
+        assert got["alive"].tolist() == [False] and "non-finite loss" in got["failed"], (r, got["failed"])
+        for key, value in start.items():  # the first step stopped before it changed anything, on both ranks
+            assert torch.equal(got["router"][key], value), (r, key)
