@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -111,7 +112,14 @@ def launch(cfg: Config, argv: Sequence[str]) -> int | None:
         return None
     check_ranks(cfg)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # torchrun's default
-    return subprocess.call(launch_command(cfg.train.ranks, argv), env=env)
+    launcher = subprocess.Popen(launch_command(cfg.train.ranks, argv), env=env)
+    # SIGTERM to this process (kill, a scheduler) reaches the launcher, which passes it to every rank (each
+    # then stops with a checkpoint); Ctrl-C reaches them all from the terminal already
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: launcher.send_signal(signum))
+    try:
+        return launcher.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class RankRecord:

@@ -5,7 +5,8 @@ One loop and one shape for one seed or many in one process (``train.seeds``):
 :func:`~marl_ppo.run.build.train_state` stacks their states, :class:`Trainer` runs the loop, and each seed logs,
 evaluates and checkpoints into its own run directory (:class:`~marl_ppo.run.record.SeedRecord`);
 the update is the algorithm's update mode (:mod:`marl_ppo.algorithms`; the joint step,
-:func:`~marl_ppo.core.update.ppo_update`), the same for every S.
+:func:`~marl_ppo.core.update.ppo_update`), the same for every S. On N processes (``train.ranks``, torchrun)
+each rank runs the same loop on its own env copies and rank 0 writes the run (:mod:`marl_ppo.run.ranks`).
 
 >>> from marl_ppo.config import load_config
 >>> cfg = load_config(overrides=["env.num_envs=4", "env.max_steps=10", "train.frames_per_batch=40",
@@ -74,7 +75,9 @@ class Trainer:
     ``env_fn`` (a notebook's own env factory) builds the env instead of ``cfg.env``, ``players`` (``{group:
     act}``, a notebook's scripted opponents) play those groups; ``config.yaml`` names both where it can
     (for ``marl-ppo eval`` and ``--resume``). ``callbacks`` run your code at fixed points of the run
-    (:mod:`marl_ppo.run.callbacks`; with S seeds, the per-seed hooks once per seed)."""
+    (:mod:`marl_ppo.run.callbacks`; with S seeds, the per-seed hooks once per seed). Under torchrun
+    (``train.ranks``) every rank runs this loop on its own env copies; rank 0 writes the run and runs the
+    callbacks (:mod:`~marl_ppo.run.ranks`)."""
 
     def __init__(
         self,
@@ -107,7 +110,7 @@ class Trainer:
         self.cfg = self.records[0].cfg  # its frozen opponents pinned into its directory
         self.env, self.policy = parts.env, collection_policy(parts, state.stack)  # seed s on copies [s E, (s+1) E)
         self.group_dir = seed_group_dir(cfg, self.run_dirs, resume) if self.ranks.main else None  # resumed too
-        if self.group_dir is not None or (self.grouped and self.ranks.main):
+        if self.grouped and self.ranks.main:
             self.records.write_group(self.seeds, self.group_dir)
         self.collector_used: str | None = None  # the collector's description, once fit() built it
         self._stop_requested, self._restart = False, EpisodeRestarts()
@@ -118,7 +121,7 @@ class Trainer:
 
     @property
     def frames(self) -> int:
-        """Frames collected per seed."""
+        """Frames collected per seed (by every rank)."""
         return self.state.frames
 
     @property
@@ -143,9 +146,8 @@ class Trainer:
     def fit(self) -> dict[str, Any] | list[dict[str, Any]]:
         """Trains to ``train.total_frames``; returns the summary (also ``summary.json``), or the seeds' summaries.
 
-        Raises :class:`RunInterrupted` after SIGINT/SIGTERM (a checkpoint of every seed's last
-        completed iteration written, the loggers closed, ``error.txt`` saying why).
-        """
+        Raises :class:`RunInterrupted` after SIGINT/SIGTERM to any rank (a checkpoint of every seed's last
+        completed iteration written, the loggers closed, ``error.txt`` saying why)."""
         cfg, state = self.cfg, self.state
         remaining = cfg.train.total_frames - state.frames
         if remaining <= 0 or self._stop_requested:  # finished or stopped: each seed completes or keeps its record
@@ -222,7 +224,8 @@ class Trainer:
         lr, entropy_scale = state.scheduler.get_last_lr()[0], state.entropy_scale  # what this update used
         state.scheduler.step()
         state.iteration += 1
-        state.frames += batch.numel() // state.seeds * self.ranks.world  # the run's frames: every rank's
+        frames = batch.numel() // state.seeds * self.ranks.world  # the run's frames: every rank's
+        state.frames += frames
         pool_metrics = parts.after_update(state.iteration, batch)  # a pool's ratings and snapshot of this iteration
         for s in self.records.live():
             record = self.records[s]
@@ -244,7 +247,6 @@ class Trainer:
             record.logger.log(metrics, state.frames)
             self.callbacks("on_update_end", self, metrics)
             record.keep(record.checkpoint(state, s, self.checkpoint_due()))
-        frames = batch.numel() // state.seeds * self.ranks.world
         progress.update(frames, {g: state.returns[0].get(g) for g in parts.groups})
 
     def stop(self) -> None:

@@ -212,3 +212,15 @@ def test_a_suite_refuses_a_ranks_job_before_it_runs(tmp_path):
     with pytest.raises(SuiteError, match=r"train.ranks=2: a suite runs each job in one process"):
         plan(Suite(tasks=(TaskSpec(),), seeds=(0,)), out=tmp_path, overrides=["train.ranks=2"])
     assert not list(tmp_path.iterdir())
+
+
+def test_sigterm_to_the_command_stops_every_rank_with_a_checkpoint(tmp_path):
+    proc = _cli("train", *TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=term")
+    run_dir = tmp_path / "term"
+    _wait_for(run_dir / "checkpoints" / "iter_00002.pt", proc)
+    proc.send_signal(signal.SIGTERM)  # what kill and a scheduler send to the command a user started
+    code, _, err = _finished(proc, timeout=180)
+    assert code != 0
+    assert "SIGTERM" in (run_dir / "error.txt").read_text()
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["iteration"] >= 2
+    assert not psutil.Process().children(recursive=True)  # no rank left behind
