@@ -120,3 +120,18 @@ def test_a_loss_not_finite_on_one_rank_stops_the_run_on_both_at_the_same_step(tm
         assert got["alive"].tolist() == [False] and "non-finite loss" in got["failed"], (r, got["failed"])
         for key, value in start.items():  # the first step stopped before it changed anything, on both ranks
             assert torch.equal(got["router"][key], value), (r, key)
+
+
+def test_the_ranks_collectives_on_two_processes(tmp_path):
+    """Gradients averaged (a tensor without one on a rank adds zeros; one without one on any rank keeps none),
+    the alive flags agreed, a text broadcast, the max, any and cat of every rank's values."""
+    command = launch_command(2, [])[:-2] + [str(WORKER.with_name("rank_ops.py")), str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for r in range(2):
+        got = torch.load(tmp_path / f"ops{r}.pt", weights_only=True)
+        assert got["a"].tolist() == [1.5, 3.0] and got["b"].tolist() == [2.0, 4.0] and got["c_none"]
+        assert got["alive"].tolist() == [True, False, True]
+        assert got["text"] == "rank 0's directory: /runs/ünïcode"
+        assert (got["max"], got["any"], got["none"]) == (3, True, False)
+        assert got["cat"].flatten().tolist() == [0.0, 0.0, 1.0, 1.0]
