@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -141,6 +141,8 @@ class AggregatedStep:
         self.stacked = seeds > 1 if stacked is None else stacked
         device = self.params[0].device if self.params else torch.device("cpu")
         self.alive = torch.ones(seeds, dtype=torch.bool, device=device)
+        self.agree: Callable[[], Sequence[float]] | None = None  # numbers summed over the ranks with each step's
+        self.agreed: list[float] = []  # gradients (one rank: themselves), e.g. which stop signal a rank got
         if optimizer is None:
             # the fused kernel does Adam's update for all parameters at once (about 3x faster on CPU)
             optimizer = torch.optim.Adam(self.params, lr=lr, fused=True)
@@ -163,9 +165,10 @@ class AggregatedStep:
         self.alive &= torch.isfinite(per_seed)
         self.optimizer.zero_grad(set_to_none=True)
         torch.where(self.alive, per_seed, 0.0).sum().backward()
-        # on N ranks, one all-reduce: every rank's gradients averaged (a group this rank skipped adds zeros),
-        # and a seed whose loss is not finite on any rank stops on every rank (its gradients zeroed below)
-        current().mean_grads_(self.params, self.alive)
+        # on N ranks, one all-reduce: every rank's gradients averaged (a group this rank skipped adds zeros), a
+        # seed whose loss is not finite on any rank stopped on every rank (its gradients zeroed below), and the
+        # sums of what `agree` gives (a stop signal's flags)
+        self.agreed = current().mean_grads_(self.params, self.alive, self.agree() if self.agree else ())
         dead = ~self.alive
         grads = [p.grad for p in self.params if p.grad is not None]
         for g in grads:  # a stopped seed's NaN stays out of the clip and the step

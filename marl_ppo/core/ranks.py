@@ -13,7 +13,8 @@ it always was, bit for bit):
 * advantage standardisation over the global minibatch (:func:`standardize`: one all-reduce of count,
   sum and sum of squares), not each rank's share;
 * the value normaliser's statistics (every rank folds in every rank's targets, :meth:`Ranks.cat`);
-* stop signals (:meth:`Ranks.any`), so that every rank stops at the same step.
+* stop signals (numbers that travel in the gradients' all-reduce during the update, :meth:`Ranks.max`
+  between iterations), so that every rank stops at the same step.
 
 The trainer joins the ranks (:func:`joined`); everything else reads :func:`current`.
 
@@ -56,29 +57,36 @@ class Ranks:
         """This rank's env and random-stream seed for the run's ``seed`` (rank 0: ``seed`` itself)."""
         return seed + self.rank * RANK_SEED_STRIDE
 
-    def mean_grads_(self, params: Sequence[torch.Tensor], alive: torch.Tensor | None = None) -> None:
-        """Each parameter's gradient averaged over the ranks, in place, and ``alive`` (a boolean per seed) made
-        true where it is true on every rank: one all-reduce of one flat buffer.
+    def mean_grads_(
+        self, params: Sequence[torch.Tensor], alive: torch.Tensor | None = None, extra: Sequence[float] = ()
+    ) -> list[float]:
+        """Each parameter's gradient averaged over the ranks, in place, ``alive`` (a boolean per seed) made true
+        where it is true on every rank, and the sums over the ranks of the numbers ``extra`` returned (a stop
+        signal's flags): one all-reduce of one flat buffer.
 
         A parameter without a gradient on this rank (its group computed nothing here) adds zeros; one
         without a gradient on every rank keeps none (an optimizer skips it, as HAPPO's units need).
         """
         if self.world == 1 or not params:
-            return
+            return list(extra)
         like = dict(dtype=params[0].dtype, device=params[0].device)
         had = torch.tensor([p.grad is not None for p in params], **like)
-        flags = [had] if alive is None else [had, alive.to(**like)]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params] + flags)
+        seeds = torch.zeros(0, **like) if alive is None else alive.to(**like)
+        flags = torch.cat([had, seeds, torch.tensor(list(extra), **like)])
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params] + [flags]
+        )
         dist.all_reduce(flat)
-        grads = flat[: -sum(f.numel() for f in flags)]
+        grads, flags = flat[: -flags.numel()], flat[-flags.numel() :]
         grads /= self.world
         if alive is not None:  # alive on every rank: its flag summed to the world size
-            alive &= flat[grads.numel() + len(params) :] == self.world
-        counts = flat[grads.numel() : grads.numel() + len(params)].tolist()
+            alive &= flags[len(params) : len(params) + len(seeds)] == self.world
+        host = flags.tolist()  # one host read: which tensors had a gradient, and the extra numbers
         offset = 0
-        for p, count in zip(params, counts):
+        for p, count in zip(params, host):
             p.grad = grads[offset : offset + p.numel()].view_as(p) if count > 0 else None
             offset += p.numel()
+        return host[len(params) + len(seeds) :]
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks, in place; returns it."""

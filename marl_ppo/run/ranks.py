@@ -24,7 +24,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from marl_ppo.algorithms import algorithm
 from marl_ppo.config import Config
+from marl_ppo.core.aggregate import AggregatedStep
 from marl_ppo.core.ranks import ONE, Ranks, current, use
 from marl_ppo.core.state import TrainState
 from marl_ppo.opponents.sources import parse_source
@@ -41,10 +42,10 @@ from marl_ppo.run.build import Parts, seed_everything
 from marl_ppo.run.checkpoints import rng_state
 from marl_ppo.run.record import SeedRecords
 from marl_ppo.run.resume import EpisodeRestarts, resume_point
-from marl_ppo.run.signals import RunInterrupted
+from marl_ppo.run.signals import RunInterrupted, StopSignals
 
 __all__ = ["rank_refusals", "check_ranks", "join", "launch", "launch_command", "RankRecord", "open_records"]
-__all__ += ["restart_envs"]
+__all__ += ["restart_envs", "stop_checks"]
 
 
 def rank_refusals(cfg: Config) -> list[str]:
@@ -168,6 +169,14 @@ class RankRecord:
 
     def close(self) -> None:
         pass
+
+
+def stop_checks(stop: StopSignals, ranks: Ranks, step: AggregatedStep) -> tuple[Callable[[], bool], Callable[[], bool]]:
+    """Whether to stop, as every rank agrees: between iterations (a small all-reduce), and after each step of the
+    update (read from the step's own all-reduce, which carries every rank's signal flags: no collective of its own).
+    One process: whether it got a signal, at both."""
+    step.agree = stop.flags
+    return (lambda: stop.agree(ranks.max) is not None), (lambda: stop.adopt(step.agreed) is not None)
 
 
 def restart_envs(restarts: EpisodeRestarts, collector, rng: dict[str, Any], seed: int, ranks: Ranks) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from marl_ppo.envs.workers import STOP_SIGNALS  # light: the envs package loads lazily
@@ -65,6 +65,19 @@ class StopSignals:
         signum = most(int(signal.Signals[self.requested]) if self.requested else 0)
         if signum and self.requested is None:
             self.requested = signal.Signals(signum).name
+        return self.requested
+
+    def flags(self) -> list[float]:
+        """Which stop signal this process got, one number each of :data:`STOP_SIGNALS` (1: got it), for a sum over
+        the ranks that travels with the gradients (:attr:`~marl_ppo.core.aggregate.AggregatedStep.agree`)."""
+        return [float(self.requested == signal.Signals(sig).name) for sig in STOP_SIGNALS]
+
+    def adopt(self, sums: Sequence[float]) -> str | None:
+        """:attr:`requested`, or, where another rank got a signal (``sums`` of :meth:`flags` over the ranks), that
+        signal (the last of :data:`STOP_SIGNALS` where ranks got different ones)."""
+        got = [signal.Signals(sig).name for sig, n in zip(STOP_SIGNALS, sums) if n > 0]
+        if got and self.requested is None:
+            self.requested = got[-1]
         return self.requested
 
     def __exit__(self, *exc) -> None:

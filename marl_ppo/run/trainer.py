@@ -45,7 +45,7 @@ from marl_ppo.run.frozen_images import checked_first_batch
 from marl_ppo.run.group_result import write_group_result
 from marl_ppo.run.metrics import episode_returns, iteration_metrics
 from marl_ppo.run.payoff import check_payoff
-from marl_ppo.run.ranks import join, open_records, restart_envs
+from marl_ppo.run.ranks import join, open_records, restart_envs, stop_checks
 from marl_ppo.run.record import CHECKPOINT_FORMAT
 from marl_ppo.run.resume import EpisodeRestarts
 from marl_ppo.run.seeds import (
@@ -165,12 +165,12 @@ class Trainer:
         progress = self.records[0].logger.progress(cfg.train.total_frames, state.frames, enabled=cfg.log.progress)
         try:
             with StopSignals() as stop:
-                should_stop = lambda: stop.agree(self.ranks.max) is not None  # noqa: E731 (a signal to any rank)
+                should_stop, in_update = stop_checks(stop, self.ranks, state.step)  # a signal to any rank
                 t0 = time.perf_counter()
                 for batch in checked_first_batch(collector, self.parts.groups, enabled=cfg.env.image.check_changes):
                     if should_stop():
                         raise StopRequested
-                    self._iterate(batch, time.perf_counter() - t0, should_stop=should_stop, progress=progress)
+                    self._iterate(batch, time.perf_counter() - t0, should_stop=in_update, progress=progress)
                     collector.update_policy_weights_()
                     if should_stop():
                         raise StopRequested
