@@ -116,6 +116,8 @@ def execute_group(jobs: list[Job]) -> list[RunResult]:
         configs = [from_yaml(job.config_yaml) for job in jobs]
         trainer = Trainer(configs[0], configs=configs, run_dirs=[Path(job.run_dir) for job in jobs])
         trainer.fit()
+        if not trainer.ranks.main:  # train.ranks: rank 0 evaluates and records the job
+            return [RunResult(job, "ok", None, time.perf_counter() - t0) for job in jobs]
         for s, job in enumerate(jobs):
             if job.absolute_episodes > 0 and not trainer.records[s].failed:
                 metrics = final_evaluation(trainer, job.absolute_episodes, seed=s)

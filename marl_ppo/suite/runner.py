@@ -165,6 +165,14 @@ def run_suite(
     elif launcher == "ray":
         check_ray()
     jobs = plan(suite, out=out, overrides=overrides, remote=launcher != "local")
+    ranked = [j for j in jobs if j.ranks > 1]
+    if ranked and launcher != "slurm":  # the slurm launcher starts a job's processes; the others run it in one
+        raise SuiteError(
+            f"{ranked[0].label}: train.ranks={ranked[0].ranks}: the {launcher} launcher runs each job in "
+            "one process (the slurm launcher starts its ranks; or run it with marl-ppo train)"
+        )
+    if any(j.ranks % suite.slurm.nodes for j in ranked):
+        raise SuiteError(f"train.ranks of {ranked[0].label} is not a multiple of slurm.nodes={suite.slurm.nodes}")
     out_dir = writable_folder(Path(out if out is not None else suite.out).resolve())
     results: list[Optional[RunResult]] = [None] * len(jobs)
     todo = []

@@ -23,16 +23,24 @@ __all__ = ["run_on_slurm", "check_slurm", "executor_parameters"]
 
 
 def _array_job(job_record: dict[str, Any]) -> dict[str, Any]:
-    """One array job: runs the suite job on the compute node and returns its result."""
+    """One array job: runs the suite job on the compute node and returns its result. A job of ``train.ranks``
+    > 1 is one of its ranks' tasks: submitit's environment exported as torch's (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``...), as ``torchrun`` would set it; rank 0's result is the job's."""
     import warnings
 
     warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested")
-    res = execute(Job(**job_record))
+    job = Job(**job_record)
+    if job.ranks > 1:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)  # rank r takes cuda:LOCAL_RANK
+    res = execute(job)
     return {"status": res.status, "error": res.error, "seconds": res.seconds}
 
 
-def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
-    """``AutoExecutor.update_parameters`` keywords for ``spec`` (``slurm_*`` ones are SLURM-only)."""
+def executor_parameters(spec: SlurmSpec, threads: int | None, ranks: int = 1) -> dict[str, Any]:
+    """``AutoExecutor.update_parameters`` keywords for ``spec`` (``slurm_*`` ones are SLURM-only); a job of
+    ``ranks`` > 1 processes runs ``ranks / spec.nodes`` tasks on each of ``spec.nodes`` machines."""
     params: dict[str, Any] = {
         "name": "marl-ppo-suite",
         "timeout_min": spec.time,
@@ -40,6 +48,8 @@ def executor_parameters(spec: SlurmSpec, threads: int | None) -> dict[str, Any]:
         "gpus_per_node": spec.gpus,
         "slurm_array_parallelism": spec.array_parallelism,
     }
+    if ranks > 1:
+        params.update(nodes=spec.nodes, tasks_per_node=ranks // spec.nodes)
     if spec.partition:
         params["slurm_partition"] = spec.partition
     if spec.mem_gb:
@@ -71,16 +81,21 @@ def run_on_slurm(jobs: list[Job], spec: SlurmSpec, out_dir: Path, echo: Callable
     check_slurm(spec)
     if not jobs:
         return []
-    executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)
-    executor.update_parameters(**executor_parameters(spec, jobs[0].threads))
     t0 = time.perf_counter()
-    array = executor.map_array(_array_job, [dataclasses.asdict(j) for j in jobs])
-    echo(f"{spec.cluster}: submitted a job array of {len(array)} ({array[0].job_id.split('_')[0]})")
+    array: list[Any] = [None] * len(jobs)
+    for ranks in sorted({j.ranks for j in jobs}):  # one array per process count: ranks x nodes tasks a job
+        executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=spec.cluster)
+        executor.update_parameters(**executor_parameters(spec, jobs[0].threads, ranks))
+        index = [i for i, j in enumerate(jobs) if j.ranks == ranks]
+        for i, sub in zip(index, executor.map_array(_array_job, [dataclasses.asdict(jobs[i]) for i in index])):
+            array[i] = sub
+        echo(f"{spec.cluster}: submitted a job array of {len(index)} ({array[index[0]].job_id.split('_')[0]})"
+             + (f", {ranks} ranks each" if ranks > 1 else ""))  # fmt: skip
     results: list[RunResult] = []
     try:
         for job, sub in zip(jobs, array):
             try:
-                rec = sub.result()
+                rec = sub.results()[0]  # the first task's: rank 0's, for a job of several ranks
             except Exception as err:  # submitit.core.utils.FailedJobError and friends: the job died
                 lines = str(err).strip().splitlines()
                 res = record_failure(

@@ -33,7 +33,7 @@ SUITE_KEYS = (
     "protocol",
 )
 TASK_KEYS = ("config", "name", "overrides", "score", "reference")
-SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup")
+SLURM_KEYS = ("cluster", "partition", "time", "cpus", "gpus", "mem_gb", "array_parallelism", "setup", "nodes")
 
 
 class SuiteError(ValueError):
@@ -167,6 +167,7 @@ class SlurmSpec:
         mem_gb: memory per job in GB (``None``: the cluster's default).
         array_parallelism: jobs of the array running at once.
         setup: shell lines run before each job (e.g. ``source venv/bin/activate``).
+        nodes: machines a job of ``train.ranks`` > 1 runs on, ``train.ranks / nodes`` processes on each.
     """
 
     cluster: str = "slurm"
@@ -177,6 +178,7 @@ class SlurmSpec:
     mem_gb: Optional[int] = None
     array_parallelism: int = 256
     setup: tuple[str, ...] = ()
+    nodes: int = 1
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> "SlurmSpec":
@@ -188,7 +190,7 @@ class SlurmSpec:
         kw = dict(raw)
         if kw.get("cluster", "slurm") not in ("slurm", "local", "debug"):
             raise SuiteError(f"{where}.cluster must be one of ['slurm', 'local', 'debug'], got {kw['cluster']!r}")
-        for key in ("time", "cpus", "gpus", "mem_gb", "array_parallelism"):
+        for key in ("time", "cpus", "gpus", "mem_gb", "array_parallelism", "nodes"):
             v = kw.get(key)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "gpus" else 1)):
                 raise SuiteError(f"{where}.{key} must be an integer >= {0 if key == 'gpus' else 1}, got {v!r}")
@@ -308,6 +310,7 @@ class Job:
     variant: str = ""
     score: ScoreSpec = ()  # what the task is scored on, and its reference scores: the run does not depend on them
     reference: Optional[tuple[float, float]] = None
+    ranks: int = 1  # train.ranks: processes of the run (the slurm launcher starts them)
 
     @property
     def result_algorithm(self) -> str:
@@ -327,6 +330,7 @@ def plan(
     ``remote``: the jobs run elsewhere (Ray, SLURM): no progress bar, one torch thread by default,
     as in worker processes."""
     from marl_ppo.config import ConfigError, load_config, to_yaml
+    from marl_ppo.run.ranks import check_ranks
 
     out_dir = Path(out if out is not None else suite.out).resolve()
     apart = remote or suite.workers > 1
@@ -346,11 +350,10 @@ def plan(
                 cfg.train.seed = seed
                 cfg.log.root = str(out_dir / "runs")
                 cfg.log.name = f"{name}-{cfg.loss.algorithm}{'-' + run_slug(variant) if variant else ''}-seed{seed}"
-                if cfg.train.ranks > 1:  # its N processes come from torch's launcher, not from a suite's job
-                    raise SuiteError(
-                        f"{where} ({name}): train.ranks={cfg.train.ranks}: a suite runs each job in one "
-                        "process; start a ranks run with marl-ppo train or torchrun (docs/scaling_out.md)"
-                    )
+                try:  # what train.ranks cannot run with, before any run
+                    check_ranks(cfg)
+                except ConfigError as err:
+                    raise SuiteError(f"{where} ({name}): {err}") from None
                 competitive = competitive_reason(cfg)
                 if competitive and not task.score:
                     raise SuiteError(
@@ -372,6 +375,7 @@ def plan(
                     variant,
                     task.score,
                     task.reference,
+                    cfg.train.ranks,
                 )
                 for key in (job.label, job.run_dir):
                     if key in seen:

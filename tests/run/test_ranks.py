@@ -206,12 +206,22 @@ def test_two_launchers_one_rendezvous_make_one_run(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
 
 
-def test_a_suite_refuses_a_ranks_job_before_it_runs(tmp_path):
-    from marl_ppo.suite import Suite, SuiteError, TaskSpec, plan
+def test_the_slurm_launcher_starts_a_ranks_jobs_processes_and_the_local_one_refuses_it(tmp_path):
+    """submitit's tasks (its local cluster here: 2 processes of one job) with torch's environment exported."""
+    from marl_ppo.suite import SlurmSpec, Suite, SuiteError, TaskSpec, run_suite
 
-    with pytest.raises(SuiteError, match=r"train.ranks=2: a suite runs each job in one process"):
-        plan(Suite(tasks=(TaskSpec(),), seeds=(0,)), out=tmp_path, overrides=["train.ranks=2"])
-    assert not list(tmp_path.iterdir())
+    suite = Suite(tasks=(TaskSpec(overrides=tuple(TINY)),), seeds=(0,)).replace(slurm=SlurmSpec(cluster="local"))
+    with pytest.raises(SuiteError, match=r"train.ranks=2: the local launcher runs each job in one process"):
+        run_suite(suite, out=tmp_path / "local", launcher="local", plot=False, overrides=["train.ranks=2"])
+    assert not (tmp_path / "local").exists()
+    lines: list[str] = []
+    result = run_suite(suite, out=tmp_path / "slurm", launcher="slurm", plot=False, echo=lines.append,
+                       overrides=["train.ranks=2"])  # fmt: skip
+    assert [r.status for r in result.runs] == ["ok"], [r.error for r in result.runs]
+    assert any("2 ranks each" in line for line in lines), lines
+    run_dir = Path(result.runs[0].job.run_dir)
+    assert "  ranks: 2" in (run_dir / "config.yaml").read_text().splitlines()
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] == 6 * 2 * FPB
 
 
 def test_sigterm_to_the_command_stops_every_rank_with_a_checkpoint(tmp_path):
