@@ -102,6 +102,9 @@ def test_rank_0_writes_the_one_record_of_a_two_rank_run(tmp_path):
     assert len([n for n in notes if "collector:" in n]) == 1 and "on each of 2 ranks" in notes[0]
     steps = [int(line.split(",")[0]) for line in (run_dir / "logs/scalars/train/loss.csv").read_text().split()]
     assert steps == [2 * FPB * i for i in range(1, 7)]  # once per iteration, the run's frames
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0  # a ranks run reads as any run
+    assert main(["plot", str(run_dir)]) == 0
+    assert main(["export", str(run_dir), "--format", "torchscript", "--out", str(tmp_path / "exported")]) == 0
 
 
 def test_seeds_on_ranks_each_rank_holding_the_stack(tmp_path):
