@@ -63,13 +63,13 @@ class SharedAgentMLP(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if obs.shape[-2] != self.n_agents:
             raise ValueError(f"expected observations [*B, {self.n_agents}, obs_dim], got {list(obs.shape)}")
-        # the rows as one matrix: under torch.vmap over seeds (core/seeds.py) a [*B, n, d] input would make
-        # matmul broadcast each seed's weight over *B (a copy of it per row: 10x the update's time, Hanabi)
-        rows = obs.reshape(-1, obs.shape[-1] * (self.n_agents if self.centralized else 1))
-        out = self.net(rows)
         if not self.centralized:
-            return out.reshape(*obs.shape[:-1], out.shape[-1])
-        out = out.reshape(*obs.shape[:-2], 1, out.shape[-1])
+            # the rows as one matrix: under torch.vmap over seeds (core/seeds.py) a [*B, n, d] input would make
+            # matmul broadcast each seed's weight over *B (a copy of it per row: 10x the update's time, Hanabi);
+            # -1 for the batch, never its size: an export's captured graph would hold the size as a constant
+            out = self.net(obs.flatten(0, -2))
+            return out.reshape(-1, *obs.shape[1:-1], out.shape[-1])
+        out = self.net(obs.flatten(-2, -1)).unsqueeze(-2)
         return out.expand(*out.shape[:-2], self.n_agents, out.shape[-1])
 
 
