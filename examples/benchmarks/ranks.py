@@ -13,10 +13,11 @@ The control: as many one-rank runs as ranks, at once (the same cores busy, nothi
 them); the ranks' frames/s over theirs is what the ranks' agreement costs, apart from the cores
 slowing each other.
 
-**All-reduce**: under torch's launcher, 2 ranks average the default router's gradients
-(:meth:`~marl_ppo.core.ranks.Ranks.mean_grads_`, one flat buffer) ``--calls`` times; the per-iteration cost
-is that times the minibatches of an iteration (epochs x frames_per_batch / minibatch_size), plus the
-step's other collective (whether any rank got a stop signal).
+**All-reduce**: under torch's launcher, 2 ranks run a step's one collective ``--calls`` times (the default
+router's gradients with the seed's alive flag and the stop-signal flags in one flat buffer,
+:meth:`~marl_ppo.core.ranks.Ranks.mean_grads_`); the per-iteration cost is that times the minibatches of
+an iteration (epochs x frames_per_batch / minibatch_size). Between iterations the ranks agree on a
+stop signal in a small all-reduce of their own (:meth:`~marl_ppo.core.ranks.Ranks.max`), timed apart.
 
 **Learning** (``--learning``): seeds 0..S-1 (``train.seeds``) of navigation at the same total frames,
 one rank with E envs, minibatch M against two ranks with E/2 envs and minibatch M/2 each (the same
@@ -134,21 +135,22 @@ def allreduce_worker(args) -> None:
     ranks = Ranks(dist.get_rank(), dist.get_world_size())
     for p in params:
         p.grad = torch.randn_like(p)
-    ranks.mean_grads_(params)  # warm-up
+    alive = torch.ones(1, dtype=torch.bool)
+    ranks.mean_grads_(params, alive, [0.0, 0.0])  # warm-up
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(args.calls):
-        ranks.mean_grads_(params)
+    for _ in range(args.calls):  # as a step calls it: gradients, the seed's alive flag, the stop-signal flags
+        ranks.mean_grads_(params, alive, [0.0, 0.0])
     per_call = (time.perf_counter() - t0) / args.calls
     t0 = time.perf_counter()
-    for _ in range(args.calls):  # the other collective of a step: whether any rank got a stop signal
-        ranks.any(False)
+    for _ in range(args.calls):  # between iterations: whether any rank got a stop signal
+        ranks.max(0)
     flags = (time.perf_counter() - t0) / args.calls
     steps = cfg.train.num_epochs * (cfg.train.frames_per_batch // cfg.train.minibatch_size)
     if ranks.main:
         print(json.dumps({"parameters": sum(p.numel() for p in params), "ms_per_call": 1e3 * per_call,
                           "ms_flags_per_step": 1e3 * flags, "steps_per_iteration": steps,
-                          "s_per_iteration": steps * (per_call + flags)}))  # fmt: skip
+                          "s_per_iteration": steps * per_call}))  # fmt: skip
     dist.destroy_process_group()
 
 
@@ -214,9 +216,9 @@ def main() -> None:
             ]
             print("| " + " | ".join(map(str, cells)) + " |")
         a = allreduce(args)
-        print(f"\nall-reduce of {a['parameters']} gradient elements: {a['ms_per_call']:.3f} ms a step, plus "
-              f"{a['ms_flags_per_step']:.3f} ms for the stop signal; x {a['steps_per_iteration']} steps = "
-              f"{a['s_per_iteration']:.3f} s an iteration")  # fmt: skip
+        print(f"\na step's all-reduce ({a['parameters']} gradient elements and the flags): {a['ms_per_call']:.3f} "
+              f"ms; x {a['steps_per_iteration']} steps = {a['s_per_iteration']:.3f} s an iteration; the stop signal "
+              f"between iterations: {a['ms_flags_per_step']:.3f} ms")  # fmt: skip
         if args.learning:
             rows = learning(args, root)
             print("\n| way | final eval return per seed | mean | sd | wall s |")
