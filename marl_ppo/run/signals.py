@@ -61,9 +61,12 @@ class StopSignals:
     def agree(self, most: Callable[[int], int]) -> str | None:
         """The signal that any process of the run got, now :attr:`requested` here too (``most``: the ranks'
         maximum of a number, :meth:`~marl_ppo.core.ranks.Ranks.max`; one process: itself). Every rank asks at
-        the same points, so all stop at the same step."""
+        the same points and answers from the agreed number alone (a signal that lands after this rank gave
+        its number is agreed at the next point), so all stop at the same step."""
         signum = most(int(signal.Signals[self.requested]) if self.requested else 0)
-        if signum and self.requested is None:
+        if not signum:
+            return None
+        if self.requested is None:
             self.requested = signal.Signals(signum).name
         return self.requested
 
@@ -73,10 +76,14 @@ class StopSignals:
         return [float(self.requested == signal.Signals(sig).name) for sig in STOP_SIGNALS]
 
     def adopt(self, sums: Sequence[float]) -> str | None:
-        """:attr:`requested`, or, where another rank got a signal (``sums`` of :meth:`flags` over the ranks), that
-        signal (the last of :data:`STOP_SIGNALS` where ranks got different ones)."""
+        """The signal that ``sums`` (of :meth:`flags` over the ranks, as a step gave them) say a rank got, now
+        :attr:`requested` here too (the last of :data:`STOP_SIGNALS` where ranks got different ones); ``None``
+        where they say none, even if one has landed here since this rank gave its flags (the next step's
+        sums carry it): every rank decides from the same numbers."""
         got = [signal.Signals(sig).name for sig, n in zip(STOP_SIGNALS, sums) if n > 0]
-        if got and self.requested is None:
+        if not got:
+            return None
+        if self.requested is None:
             self.requested = got[-1]
         return self.requested
 

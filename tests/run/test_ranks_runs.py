@@ -231,9 +231,11 @@ def test_sigterm_to_the_command_stops_every_rank_with_a_checkpoint(tmp_path):
     proc = _cli("train", *TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=term")
     run_dir = tmp_path / "term"
     _wait_for(run_dir / "checkpoints" / "iter_00002.pt", proc)
+    family = [_rank(proc, 0), _rank(proc, 1), *psutil.Process(proc.pid).children(recursive=True)]
     proc.send_signal(signal.SIGTERM)  # what kill and a scheduler send to the command a user started
     code, _, err = _finished(proc, timeout=180)
     assert code != 0
     assert "SIGTERM" in (run_dir / "error.txt").read_text()
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["iteration"] >= 2
-    assert not psutil.Process().children(recursive=True)  # no rank left behind
+    left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left  # no rank or launcher left behind
