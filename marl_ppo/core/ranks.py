@@ -16,7 +16,8 @@ it always was, bit for bit):
 * stop signals (numbers that travel in the gradients' all-reduce during the update, :meth:`Ranks.max`
   between iterations), so that every rank stops at the same step.
 
-The trainer joins the ranks (:func:`joined`); everything else reads :func:`current`.
+A ranks run's processes join once (:func:`use`, from :func:`marl_ppo.run.ranks.join`; :func:`joined` for a block);
+everything else reads :func:`current`.
 
 Written by hand: torch.distributed gives the collectives; DDP's gradient hooks assume one module and
 one backward per forward, not a router's groups whose losses a minibatch may skip.
