@@ -181,6 +181,8 @@ def reads_other_agents(actor: nn.Module) -> str | None:
             return f"a centralised trunk ({type(module).__name__}, reading every agent's input)"
         if isinstance(module, MultiAgentNetBase) and not module.share_params:
             return f"one set of parameters per agent ({type(module).__name__}, model.share_params=false)"
+        if getattr(module, "agent_id", False) is True:
+            return "an agent id (model.agent_id=true: each agent reads its index in the group, its row's place)"
         if getattr(module, "reads_other_agents", False) is True:
             return f"{type(module).__name__} (reads_other_agents=True)"
     return None

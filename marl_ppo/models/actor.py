@@ -50,6 +50,7 @@ def build_actor(
     kind: str | Sequence[str] = "mlp",
     options: Mapping[str, Mapping[str, Any]] | None = None,
     networks: Networks | None = None,
+    agent_id: bool = False,
 ) -> ProbabilisticActor:
     """A decentralised policy for ``group``: one MLP over each agent's observation, heads from its action spec.
 
@@ -89,6 +90,7 @@ def build_actor(
             activation=activation,
             device=device,
             n_inputs=width,
+            agent_id=agent_id,
         )
     actor = _actor_on(group, heads, net, obs_key, trunk)
     # a bundle rebuilds the actor around the bare network: only a kind without state allows it

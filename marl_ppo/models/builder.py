@@ -100,8 +100,11 @@ def _group_models(
         kind=m.kind,
         options=m.options_by_kind(m.kind),
         networks=networks,
+        agent_id=m.agent_id,
     )
-    net = dict(share_params=m.share_params, hidden=m.hidden, activation=m.activation, device=device)
+    net = dict(
+        share_params=m.share_params, hidden=m.hidden, activation=m.activation, device=device, agent_id=m.agent_id
+    )
     if model.critic != "group":
         return actor, None
     if m.critic_inputs != "observation":  # the env's global state

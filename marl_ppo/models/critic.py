@@ -61,6 +61,7 @@ def build_critic(
     kind: str | Sequence[str] = "mlp",
     options: Mapping[str, Mapping[str, Any]] | None = None,
     networks: Networks | None = None,
+    agent_id: bool = False,
 ) -> TensorDictModule:
     """A value network writing ``(group, "state_value")`` ``[*B, n_agents, 1]``.
 
@@ -77,7 +78,7 @@ def build_critic(
         activation=activation, device=device, options=options or {},
     )  # fmt: skip
     if trunk is not None:
-        return _critic_on(group, trunk, share_params, activation, device, value_norm, popart_beta)
+        return _critic_on(group, trunk, share_params, activation, device, value_norm, popart_beta, agent_id)
     concat, obs_key, width = (None, group.observation_keys[0], None) if net is not None else flat_inputs(group)
     if net is None:
         net = agent_mlp(
@@ -89,6 +90,7 @@ def build_critic(
             activation=activation,
             device=device,
             n_inputs=width,
+            agent_id=agent_id,
         )
     if value_norm == "none":
         critic = TensorOutModule(net, in_keys=[obs_key], out_keys=[group.keys.value])
@@ -105,7 +107,14 @@ def build_critic(
 
 
 def _critic_on(
-    group: GroupSpec, trunk: Trunk, share_params: bool, activation: str, device, value_norm: str, popart_beta: float
+    group: GroupSpec,
+    trunk: Trunk,
+    share_params: bool,
+    activation: str,
+    device,
+    value_norm: str,
+    popart_beta: float,
+    agent_id: bool = False,
 ) -> TensorDictModule:
     """A linear value layer per agent on the ``trunk``'s output (normalised values if asked)."""
     module, features, width = trunk
@@ -118,6 +127,7 @@ def _critic_on(
         activation=activation,
         device=device,
         n_inputs=width,
+        agent_id=agent_id,
     )
     if value_norm != "none":
         layers = {group.name: output_layer(head)} if value_norm == "popart" else {}

@@ -39,6 +39,10 @@ class SharedAgentMLP(nn.Module):
     >>> critic = SharedAgentMLP(4, 1, n_agents=3, centralized=True, hidden=(8,), activation_class=torch.nn.Tanh)
     >>> v = critic(torch.randn(5, 3, 4)); v.shape, bool((v == v[:, :1]).all())
     (torch.Size([5, 3, 1]), True)
+    >>> ided = SharedAgentMLP(4, 1, n_agents=3, centralized=True, hidden=(8,), activation_class=torch.nn.Tanh,
+    ...                       agent_id=True)
+    >>> v = ided(torch.randn(5, 3, 4)); v.shape, bool((v == v[:, :1]).all())  # one value per agent
+    (torch.Size([5, 3, 1]), False)
     """
 
     def __init__(
@@ -51,10 +55,11 @@ class SharedAgentMLP(nn.Module):
         hidden: Sequence[int],
         activation_class: type[nn.Module],
         device=None,
+        agent_id: bool = False,
     ) -> None:
         super().__init__()
-        self.n_agents, self.centralized = n_agents, centralized
-        layers, last = [], n_agent_inputs * (n_agents if centralized else 1)
+        self.n_agents, self.centralized, self.agent_id = n_agents, centralized, agent_id
+        layers, last = [], n_agent_inputs * (n_agents if centralized else 1) + (n_agents if agent_id else 0)
         for width in hidden:
             layers += [nn.Linear(last, width, device=device), activation_class()]
             last = width
@@ -63,7 +68,12 @@ class SharedAgentMLP(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if obs.shape[-2] != self.n_agents:
             raise ValueError(f"expected observations [*B, {self.n_agents}, obs_dim], got {list(obs.shape)}")
-        if not self.centralized:
+        if self.agent_id:  # [*B, n, d] beside the one-hot [n, n] of each agent's index (no parameters, no state)
+            x = obs.flatten(-2, -1).unsqueeze(-2) + torch.zeros_like(obs[..., :1]) if self.centralized else obs
+            eye = torch.eye(self.n_agents, dtype=obs.dtype, device=obs.device)
+            # broadcast, not expanded to a shape: a traced export keeps its batch size free
+            obs = torch.cat([x, torch.zeros_like(x[..., :1]) + eye], dim=-1)
+        if not self.centralized or self.agent_id:
             # the rows as one matrix: under torch.vmap over seeds (core/seeds.py) a [*B, n, d] input would make
             # matmul broadcast each seed's weight over *B (a copy of it per row: 10x the update's time, Hanabi);
             # -1 for the batch, never its size: an export's captured graph would hold the size as a constant
@@ -129,8 +139,11 @@ def agent_mlp(
     activation: str,
     device: torch.device | str | None,
     n_inputs: int | None = None,
+    agent_id: bool = False,
 ) -> nn.Module:
-    """An MLP over the group's agents; ``n_inputs`` per agent (default: the observation size)."""
+    """An MLP over the group's agents; ``n_inputs`` per agent (default: the observation size). ``agent_id``:
+    each agent's one-hot index is appended to its input (shared weights only: unshared ones are the agent's
+    own already, and take none)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
     obs_dim = observation_dim(group) if n_inputs is None else n_inputs
@@ -143,6 +156,7 @@ def agent_mlp(
             hidden=hidden,
             activation_class=ACTIVATIONS[activation],
             device=device,
+            agent_id=agent_id,
         )
     return PerAgentMLP(
         n_agent_inputs=obs_dim,

@@ -34,6 +34,11 @@ class ModelConfig:
         hidden: hidden layer sizes of every MLP (a recurrent model's MLP before its cell).
         activation: ``tanh``, ``relu``, ``elu``, ``gelu`` or ``silu``.
         share_params: one set of weights for all agents of a group (policy and critic).
+        agent_id: each agent's one-hot index within its group is read beside its input, by the policy and a
+            group critic (EPyMARL's ``obs_agent_id``, Papoudakis et al. 2021): shared weights can then tell
+            the agents apart. Any model kind: a plain MLP reads it in its first layer, a trunk's output layer
+            (the heads', the value's) beside the trunk's features; exports carry it. Unshared weights
+            (``share_params: false``) are each agent's own already and read none.
         rnn_hidden: hidden state size of the GRU/LSTM cell.
         seq_len: steps per chunk in the update of a recurrent model (gradients flow through time
             inside a chunk); must divide the steps each env takes per batch.
@@ -51,7 +56,7 @@ class ModelConfig:
             registry line (:mod:`~marl_ppo.models.registry`); ``rnn_hidden`` above is the ``gru``/``lstm``
             option of that name.
         groups: per-group overrides of ``kind``, ``critic_kind``, ``hidden``, ``activation``,
-            ``share_params``, ``rnn_hidden`` and ``options``, e.g. ``{adversary: {kind: gru}}``.
+            ``share_params``, ``agent_id``, ``rnn_hidden`` and ``options``, e.g. ``{adversary: {kind: gru}}``.
         max_params: a model (every group's actor and critic) holding more trainable parameters than this
             is warned about when it is built, with the option that shrinks it (a conv stack on a large image
             with strides of 1 feeds its MLP millions of features); 0: no warning. An image model is counted
@@ -62,6 +67,7 @@ class ModelConfig:
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     share_params: bool = True
+    agent_id: bool = False
     rnn_hidden: int = 128
     seq_len: int = 10
     critic: str = "group"
@@ -71,7 +77,7 @@ class ModelConfig:
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_params: int = 20_000_000
 
-    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "rnn_hidden", "options")
+    OVERRIDABLE = ("kind", "critic_kind", "hidden", "activation", "share_params", "agent_id", "rnn_hidden", "options")
 
     def __post_init__(self) -> None:
         _check_model_options("model", self.kind, self.critic_kind, list(self.hidden), self.activation, self.rnn_hidden)
@@ -82,6 +88,11 @@ class ModelConfig:
             raise ConfigError(
                 f"model.critic_inputs={self.critic_inputs} is read by a group critic; model.critic=global reads "
                 "every group's observations (use model.critic=group)"
+            )
+        if self.critic == "global" and self.agent_id:
+            raise ConfigError(
+                "model.agent_id=true: the global critic (torchrl's CrossGroupCritic, model.critic=global) reads no "
+                "agent id; use model.critic=group"
             )
         at_least("model.seq_len", self.seq_len, 1)
         at_least("model.max_params", self.max_params, 0, " (0: no warning)")
