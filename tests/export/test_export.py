@@ -39,7 +39,7 @@ CASES = {
     "mlp_shared": ["env.kwargs.n_agents=2"],
     "mlp_unshared": ["env.kwargs.n_agents=2", "model.share_params=false"],
     "mlp_agent_id": ["env.kwargs.n_agents=3", "model.agent_id=true"],
-    "gru_agent_id": ["env.kwargs.n_agents=2", "model.kind=gru", "model.options={gru: {rnn_hidden: 8}}", "model.agent_id=true"],
+    "gru_agent_id": ["env.kwargs.n_agents=2", "model.kind=gru", "model.agent_id=true"],
     "gru": ["env.kwargs.n_agents=2", "model.kind=gru", "model.options={gru: {rnn_hidden: 8}}"],
     "lstm_unshared": ["env.kwargs.n_agents=2", "model.kind=lstm", "model.share_params=false"],
     "gnn": ["env.kwargs.n_agents=3", "model.kind=gnn"],
