@@ -22,15 +22,16 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from marl_ppo.algorithms import ALGORITHMS, HappoOptions, algorithm
+from marl_ppo.algorithms import ALGORITHMS, algorithm
 from marl_ppo.collect.options import CollectorConfig
 from marl_ppo.config_files import config_path, read_config_file
 from marl_ppo.envs.kinds import video_refusal
 from marl_ppo.envs.options import EnvConfig
 from marl_ppo.log_options import LogConfig, MlflowConfig, WandbConfig
+from marl_ppo.loss_options import LossConfig
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.opponents.options import PoolConfig, parse_source, sequential_refusal
-from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive, unit_interval
+from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive
 
 __all__ = [
     "ConfigError",
@@ -46,77 +47,6 @@ __all__ = [
     "Config",
     "load_config",
 ]
-
-
-@dataclass
-class LossConfig:
-    """PPO loss, one per group.
-
-    Attributes:
-        algorithm: a name of :data:`~marl_ppo.algorithms.ALGORITHMS`: ``mappo`` (centralised critic), ``ippo``
-            (decentralised), ``clip_ppo`` or ``happo`` (the groups updated one after another).
-        clip_epsilon: PPO ratio clip, in (0, 1): the ratio is clipped to [1 - eps, 1 + eps].
-        entropy_coeff: entropy bonus weight for every head of every group.
-        head_entropy_coeff: per-head weights by short head name (``{move: 0.0, comm: 0.01}``)
-            or ``group:head`` for one group; other heads keep ``entropy_coeff``.
-        entropy_schedule: ``constant`` or ``linear`` (every coefficient decays to
-            ``entropy_final_scale`` times its value over ``total_frames``).
-        entropy_final_scale: the linear schedule's end point, as a fraction of the start.
-        critic_coeff: critic loss weight.
-        loss_critic_type: ``l2``, ``l1`` or ``smooth_l1``.
-        gamma: discount.
-        lmbda: GAE lambda.
-        normalize_advantage: standardise advantages per minibatch (agent dim kept apart).
-        group_weights: per-group weight in the aggregated loss (default 1).
-        bundle_groups: run groups with identical specs through one loss call (same losses,
-            diagnostics and gradients; much less fixed cost per group).
-        value_norm: ``none``, ``running`` or ``popart``: each group's critic learns normalised
-            value targets (MAPPO's value normalisation); ``running`` keeps the exact mean and
-            variance of every target seen, ``popart`` an exponential moving average (rate
-            ``1 - popart_beta`` per batch) and rescales the critic's output layer so that its
-            values are preserved when the statistics move. Statistics update once per batch.
-        popart_beta: the moving average's decay per collected batch (``popart`` only).
-        happo: HAPPO's update options (:class:`~marl_ppo.algorithms.HappoOptions`; read with ``algorithm=happo`` only).
-    """
-
-    algorithm: str = "mappo"
-    clip_epsilon: float = 0.2
-    entropy_coeff: float = 0.0
-    head_entropy_coeff: dict[str, float] = field(default_factory=dict)
-    entropy_schedule: str = "constant"
-    entropy_final_scale: float = 0.0
-    critic_coeff: float = 1.0
-    loss_critic_type: str = "l2"
-    gamma: float = 0.99
-    lmbda: float = 0.9
-    normalize_advantage: bool = False
-    group_weights: dict[str, float] = field(default_factory=dict)
-    bundle_groups: bool = True
-    value_norm: str = "none"
-    popart_beta: float = 0.95
-    happo: HappoOptions = field(default_factory=HappoOptions)
-
-    def __post_init__(self) -> None:
-        choice("loss.algorithm", self.algorithm, tuple(ALGORITHMS.names()))
-        choice("loss.value_norm", self.value_norm, ("none", "running", "popart"))
-        if not 0.0 < self.popart_beta < 1.0:
-            raise ConfigError(f"loss.popart_beta must be in (0, 1), got {self.popart_beta!r}")
-        choice("loss.loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
-        choice("loss.entropy_schedule", self.entropy_schedule, ("constant", "linear"))
-        positive("loss.clip_epsilon", self.clip_epsilon)
-        if not self.clip_epsilon < 1.0:  # the ratio's clip range [1 - eps, 1 + eps] would reach 0: log(0)
-            raise ConfigError(
-                f"loss.clip_epsilon must be < 1 (the ratio is clipped to [1 - eps, 1 + eps]), got {self.clip_epsilon!r}"
-            )
-        unit_interval("loss.gamma", self.gamma)
-        unit_interval("loss.lmbda", self.lmbda)
-        at_least("loss.critic_coeff", self.critic_coeff, 0)
-        at_least("loss.entropy_coeff", self.entropy_coeff, 0)
-        unit_interval("loss.entropy_final_scale", self.entropy_final_scale)
-        for head, coeff in self.head_entropy_coeff.items():
-            at_least(f"loss.head_entropy_coeff.{head}", coeff, 0)
-        for group, weight in self.group_weights.items():
-            at_least(f"loss.group_weights.{group}", weight, 0)
 
 
 @dataclass

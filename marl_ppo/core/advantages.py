@@ -38,6 +38,9 @@ from marl_ppo.groups.specs import GroupKeys, GroupSpec
 from marl_ppo.models.critic import update_value_norm
 
 __all__ = [
+    "ESTIMATORS",
+    "NStepReturns",
+    "nstep_returns",
     "group_estimator",
     "critic_values",
     "compute_advantages",
@@ -47,11 +50,94 @@ __all__ = [
 ]
 
 
-def group_estimator(keys: GroupKeys, *, gamma: float, lmbda: float) -> MultiAgentGAE:
-    """A group's ``MultiAgentGAE`` on its own keys, reading the values :func:`critic_values` wrote."""
-    estimator = MultiAgentGAE(gamma=gamma, lmbda=lmbda, value_network=None)
-    estimator.set_keys(**keys.value_keys(), sample_log_prob=keys.log_prob)
-    return estimator
+ESTIMATORS = ("gae", "nstep")  # loss.estimator
+
+
+def nstep_returns(
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    next_value: torch.Tensor,
+    *,
+    gamma: float | torch.Tensor,
+    nstep: int,
+    time_dim: int,
+) -> torch.Tensor:
+    """The n-step return of every step: ``r_t + g r_{t+1} + ... + g^(m-1) r_{t+m-1} + g^m V(s_{t+m})``, where
+    ``m <= nstep`` stops at the step that ends the episode or the batch; that step's own next observation
+    gives the bootstrap value, none if it terminated. All tensors alike, ``time_dim`` their time.
+
+    Written by hand: torchrl's estimators are GAE, TD(0), TD(1), TD(lambda) and V-trace (its ``MultiStep``
+    transform rewrites a replay buffer's transitions, not a rollout's targets).
+
+    >>> r, no = torch.ones(4), torch.zeros(4, dtype=torch.bool)
+    >>> nstep_returns(r, no, no, torch.full((4,), 10.0), gamma=0.5, nstep=2, time_dim=0).tolist()
+    [4.0, 4.0, 4.0, 6.0]
+    """
+    steps = reward.shape[time_dim]
+    last = torch.zeros_like(done)
+    last.narrow(time_dim, steps - 1, 1).fill_(True)
+    ends, term = done | last, terminated.to(reward.dtype)
+
+    def ahead(x: torch.Tensor, k: int) -> torch.Tensor:  # x[t + k] along time (its last entry past the end)
+        return torch.cat([x.narrow(time_dim, k, steps - k), x.narrow(time_dim, steps - 1, 1).expand_as(x)
+                          .narrow(time_dim, 0, k)], time_dim)  # fmt: skip
+
+    out = torch.zeros_like(next_value)
+    alive = torch.ones_like(done)
+    discount = torch.ones_like(reward)
+    for k in range(min(nstep, steps)):
+        out = out + torch.where(alive, discount * ahead(reward, k), 0.0)
+        stop = alive & (ahead(ends, k) | (k == nstep - 1))
+        boot = discount * gamma * (1.0 - ahead(term, k)) * ahead(next_value, k)
+        out = out + torch.where(stop, boot, 0.0)
+        alive = alive & ~stop
+        discount = discount * gamma
+    return out
+
+
+class NStepReturns(MultiAgentGAE):
+    """n-step returns (EPyMARL's ``q_nstep``) as a group's value estimator: ``value_target`` the n-step return
+    (:func:`nstep_returns`), ``advantage`` it minus the step's value. It reads the values
+    :func:`critic_values` wrote and broadcasts a team signal over the agents as ``MultiAgentGAE`` does (its
+    base, for that and for its keys); ``lmbda`` is unused."""
+
+    def __init__(self, *, nstep: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.nstep = nstep
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
+        keys = self.tensor_keys
+        value, nxt = tensordict.get(keys.value), tensordict.get("next")
+        reward, done, terminated = self._prepare_signals(
+            nxt.get(keys.reward), nxt.get(keys.done), nxt.get(keys.terminated), value
+        )
+        target = nstep_returns(
+            reward,
+            done,
+            terminated,
+            nxt.get(keys.value),
+            gamma=self.gamma.to(value.device),
+            nstep=self.nstep,
+            time_dim=tensordict.batch_dims - 1,
+        )
+        tensordict.set(keys.advantage, target - value)
+        tensordict.set(keys.value_target, target)
+        return tensordict
+
+
+def group_estimator(
+    keys: GroupKeys, *, gamma: float, lmbda: float, estimator: str = "gae", nstep: int = 5
+) -> MultiAgentGAE:
+    """A group's estimator on its own keys (``estimator``: torchrl's ``MultiAgentGAE``, or :class:`NStepReturns`
+    of ``nstep`` steps), reading the values :func:`critic_values` wrote."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator={estimator!r}: expected one of {list(ESTIMATORS)}")
+    kwargs = dict(gamma=gamma, lmbda=lmbda, value_network=None)
+    out = MultiAgentGAE(**kwargs) if estimator == "gae" else NStepReturns(nstep=nstep, **kwargs)
+    out.set_keys(**keys.value_keys(), sample_log_prob=keys.log_prob)
+    return out
 
 
 def critic_values(td: TensorDictBase, critic: TensorDictModule) -> None:

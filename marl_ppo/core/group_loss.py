@@ -58,6 +58,8 @@ class LossBuilder:
             head's coefficient (as :class:`~marl_ppo.core.router.GroupRouter` takes them).
         networks: the agent MLPs the actors and critics run (a bundle's modules run them).
         gamma, lmbda: torchrl's GAE estimator's.
+        estimator, nstep: ``gae`` (torchrl's ``MultiAgentGAE``) or ``nstep`` (``nstep``-step returns,
+            :class:`~marl_ppo.core.advantages.NStepReturns`).
         **loss_kwargs: torchrl's arguments of every group's loss (``clip_epsilon``, ``critic_coeff``, ...).
     """
 
@@ -71,9 +73,12 @@ class LossBuilder:
         *,
         gamma: float,
         lmbda: float,
+        estimator: str = "gae",
+        nstep: int = 5,
         **loss_kwargs: Any,
     ) -> None:
         self.heads, self.networks, self.gamma, self.lmbda = heads, networks, gamma, lmbda
+        self.estimator = dict(gamma=gamma, lmbda=lmbda, estimator=estimator, nstep=nstep)
         self.head_coeffs = _head_coefficients(heads, float(entropy_coeff), dict(head_entropy_coeff or {}))
         # value clipping's fraction is not split per group; a sequential update mode steps one group at a time
         self.bundled = loss_kwargs.get("clip_value") is None and not entry.sequential
@@ -109,8 +114,8 @@ class LossBuilder:
         # a masked group records per element: its diagnostics count its kept entries (core/diagnostics.py)
         critic, per_element = _on_group_keys(critic, spec), bool(spec.keys.mask)
         loss = self.loss(spec, actor, critic, self.head_coeffs[g], value_norm=norm, per_element=per_element)
-        # the one GAE path (core/advantages.py): torchrl's estimator on the values our call wrote
-        loss.make_value_estimator(group_estimator(spec.keys, gamma=self.gamma, lmbda=self.lmbda))
+        # the one advantage path (core/advantages.py): the estimator on the values our call wrote
+        loss.make_value_estimator(group_estimator(spec.keys, **self.estimator))
         return loss
 
     def bundles(self, groups: Mapping[str, GroupSpec], actors, critics, own_only: Callable) -> list[GroupBundle]:

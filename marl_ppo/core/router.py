@@ -70,6 +70,7 @@ class GroupRouter(nn.Module):
         clip_epsilon, critic_coeff, loss_critic_type, normalize_advantage, clip_value:
             forwarded to every group's loss.
         gamma, lmbda: ``MultiAgentGAE`` parameters.
+        estimator, nstep: the advantage estimator, ``gae`` or ``nstep`` (``nstep``-step returns).
         bundle_groups: run groups with identical specs through one loss call (see
             :mod:`marl_ppo.core.bundles`): the same losses, diagnostics and gradients, without each
             group's fixed per-call cost. Groups whose actor or critic ``networks`` does not
@@ -98,6 +99,8 @@ class GroupRouter(nn.Module):
         clip_value: float | None = None,
         gamma: float = 0.99,
         lmbda: float = 0.9,
+        estimator: str = "gae",
+        nstep: int = 5,
         bundle_groups: bool = True,
         networks: Networks | None = None,
         unshared: Sequence[str] = (),
@@ -113,8 +116,8 @@ class GroupRouter(nn.Module):
         self.heads = {g: action_heads(spec) for g, spec in self.groups.items()}
         build = LossBuilder(
             entry, self.heads, entropy_coeff, head_entropy_coeff, self.networks, gamma=gamma, lmbda=lmbda,
-            clip_epsilon=clip_epsilon, critic_coeff=critic_coeff, loss_critic_type=loss_critic_type,
-            normalize_advantage=normalize_advantage, clip_value=clip_value,
+            estimator=estimator, nstep=nstep, clip_epsilon=clip_epsilon, critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type, normalize_advantage=normalize_advantage, clip_value=clip_value,
         )  # fmt: skip
         # each group's value normaliser (and PopArt output layer), from its critic
         self._value_norms = {g: value_norms(critics[g])[g] for g in self.groups if value_norms(critics[g])}

@@ -204,7 +204,7 @@ def build(
 # the loss section's fields the router takes as they are
 _ROUTER_LOSS_OPTIONS = (
     "algorithm", "value_norm", "popart_beta", "clip_epsilon", "entropy_coeff", "head_entropy_coeff", "critic_coeff",
-    "loss_critic_type", "normalize_advantage", "gamma", "lmbda", "bundle_groups",
+    "loss_critic_type", "normalize_advantage", "gamma", "lmbda", "estimator", "nstep", "bundle_groups",
 )  # fmt: skip
 
 
