@@ -207,21 +207,18 @@ def _eval(args: argparse.Namespace) -> int:
     evaluator = Evaluator(
         cfg, parts.policy, list(parts.groups), episodes=args.episodes, max_steps=args.max_steps, video=bool(args.video)
     )
-    try:
-        out = evaluator(callback=recorder, deterministic=False if args.sample else None)
+    first = "sampled" if args.sample or not cfg.log.eval_deterministic else "greedy"
+    try:  # the other mode beside it (a pool seat only plays greedy)
+        modes = evaluator.both_modes(callback=recorder, sample=not parts.pools, first=first)
     finally:  # worker processes (env.parallel=true) end here, not at interpreter exit
         evaluator.close()
         if not parts.env.is_closed:
             parts.env.close()
-    if out.episodes == 0:
+    if (out := modes[first]).episodes == 0:
         print(f"marl-ppo eval: {out.no_episode_message()}", file=sys.stderr)
         return 1
-    result = {
-        "run_dir": str(args.run_dir),
-        "checkpoint": args.checkpoint,
-        "episodes": out.episodes,
-        "episode_reward": out.returns,
-    }
+    result = {"run_dir": str(args.run_dir), "checkpoint": args.checkpoint, "episodes": out.episodes}
+    result |= {"episode_reward": out.returns} | {f"episode_reward_{m}": r.returns for m, r in modes.items()}
     if recorder is not None:
         result["video"] = str(recorder.save(args.video))
     print(json.dumps(result, indent=2))

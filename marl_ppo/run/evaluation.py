@@ -197,6 +197,22 @@ class Evaluator:
                 deterministic=deterministic,
             )
 
+    def both_modes(
+        self, callback: Callable | None = None, *, sample: bool = True, first: str | None = None
+    ) -> dict[str, EvalResult]:
+        """The evaluation in each mode, ``{"greedy": ..., "sampled": ...}`` (same envs, episodes and seeds),
+        ``first`` (default: the configured mode) first, the one ``callback`` sees; ``sample=False``: greedy
+        alone (a pool seat would play its snapshots when actions are sampled). A greedy policy that stalls
+        where the sampled one scores shows here, beside it."""
+        first = first or ("greedy" if self.cfg.log.eval_deterministic else "sampled")
+        modes = sorted(("greedy", "sampled") if sample else ("greedy",), key=lambda m: m != first)
+        return {m: self(callback=callback if m == first else None, deterministic=m == "greedy") for m in modes}
+
+    @staticmethod
+    def mode_metrics(results: dict[str, EvalResult]) -> dict[str, float]:
+        """``eval/<group>/episode_reward_<mode>`` of :meth:`both_modes`' results."""
+        return {f"eval/{g}/episode_reward_{m}": r for m, res in results.items() for g, r in res.returns.items()}
+
     def _build(self) -> None:
         if self.env is None:
             cfg = self.cfg

@@ -69,6 +69,7 @@ class SeedRecord:
         if cfg.log.video:  # before the run directory exists: an env that cannot draw fails here
             self.evaluator.check_video()
         self.matches = Matches(cfg, parts, cfg.log.eval_opponents, self.evaluator)  # log.eval_opponents
+        self.pooled = bool(parts.pools)  # a pool seat plays greedy: sampled, it would draw its snapshots
         self.last_eval_iteration: int | None = None
         self.last_eval: dict[str, float] = {}
         self.eval_returns: dict[str, float] = {}  # the last evaluation's returns per group
@@ -99,7 +100,8 @@ class SeedRecord:
         """The seed's evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`; the caller puts the seed's
         tensors in force), as the ``eval/...`` metrics it logs."""
         recorder = FrameRecorder() if self.cfg.log.video else None
-        result = self.evaluator(callback=recorder)
+        modes = self.evaluator.both_modes(callback=recorder, sample=not self.pooled)
+        result = modes["greedy" if self.cfg.log.eval_deterministic else "sampled"]
         if recorder is not None:
             video = recorder.save(self.run_dir / "videos" / f"eval_iter{iteration:05d}.gif")
             self.logger.log_file("eval/video", video, frames)
@@ -109,6 +111,7 @@ class SeedRecord:
         self.last_eval_iteration = iteration
         self.last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
         self.last_eval["eval/episodes"] = result.episodes
+        self.last_eval.update(Evaluator.mode_metrics(modes))
         self.last_eval.update(self.matches.metrics())
         self.eval_returns = dict(result.returns)
         return self.last_eval
