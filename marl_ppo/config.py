@@ -32,6 +32,7 @@ from marl_ppo.loss_options import LossConfig
 from marl_ppo.models.options import ModelConfig
 from marl_ppo.opponents.options import PoolConfig, parse_source, sequential_refusal
 from marl_ppo.options import ConfigError, at_least, check_installed, choice, device_option, positive
+from marl_ppo.recipes import recipe
 
 __all__ = [
     "ConfigError",
@@ -148,6 +149,8 @@ class Config:
             (``random``, ``self``, ``pool``, ``checkpoint:RUN_DIR[:GROUP]``, ``module:callable``;
             ``docs/opponents.md``).
         pool: snapshot pools of the groups whose source is ``pool`` (:class:`PoolConfig`).
+        recipe: a published recipe's values over the layer below the one that names it
+            (``epymarl``, ``mappo``, ``benchmarl``, ``marl_ppo``: :mod:`marl_ppo.recipes`, ``docs/recipes.md``).
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -158,8 +161,11 @@ class Config:
     reward_table: Optional[dict[str, Any]] = None
     opponents: dict[str, str] = field(default_factory=dict)
     pool: PoolConfig = field(default_factory=PoolConfig)
+    recipe: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.recipe is not None:
+            _recipe(self.recipe)
         for group, source in self.opponents.items():
             parse_source(f"opponents.{group}", source)
         pooled = any(parse_source("", s).pool for s in self.opponents.values())
@@ -328,19 +334,61 @@ def _merge_layer(base, layer, *, replace_kwargs: bool):
     return merged
 
 
+def _recipe(name: str):
+    try:
+        return recipe(name)
+    except ValueError as err:
+        raise ConfigError(f"recipe={name}: {err}") from None
+
+
+def _recipe_layer(base, layer, name: str | None):
+    """``base`` with recipe ``name``'s values for the env kind ``layer`` (else ``base``) names; none: ``base``."""
+    if name is None:
+        return base
+    merged = base.copy()
+    for key, value in _recipe(name).values_for(OmegaConf.select(layer, "env.kind") or base.env.kind).items():
+        OmegaConf.update(merged, key, value, merge=False)  # a recipe's reward table replaces the one below
+    return merged
+
+
+def recipe_lines(cfg: Config) -> list[str]:
+    """Comment lines on ``cfg``'s recipe: its source, each value it sets (and the value a later layer set
+    instead), and what of the published recipe it leaves out."""
+    if cfg.recipe is None:
+        return []
+    row, resolved = _recipe(cfg.recipe), OmegaConf.structured(cfg)
+    lines = [f"# recipe={row.name}: {row.source}"]
+    for key, value in row.values_for(cfg.env.kind).items():
+        if isinstance(value, str) and value.startswith("${"):  # an interpolation: the value it stands for
+            value = OmegaConf.select(resolved, value[2:-1])
+        got = OmegaConf.select(resolved, key)
+        got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
+        lines.append(f"#   {key}: {value}" + ("" if got == value else f"  (set over the recipe: {got})"))
+    return lines + ([f"#   leaves out: {row.leaves_out}"] if row.leaves_out else [])
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file at ``path`` (or the shipped config of that name), then ``key=value``
-    overrides, type-checked."""
+    overrides, type-checked. A ``recipe`` (:mod:`marl_ppo.recipes`) goes just below the layer that names it:
+    over the file when the overrides name it, under the file's own values when the file does."""
     schema = OmegaConf.structured(Config)
     try:
         merged = schema
+        bad = [o for o in overrides or [] if "=" not in o]
+        if bad:
+            raise ConfigError(f"overrides must be key=value, got {bad}")
+        given = OmegaConf.from_dotlist(list(overrides)) if overrides else OmegaConf.create()
+        named = "recipe" in given
         if path is not None:
-            merged = _merge_layer(merged, read_config_file(config_path(path)), replace_kwargs=True)
+            text = read_config_file(config_path(path))
+            below = merged if named else _recipe_layer(merged, OmegaConf.merge(text, given), text.get("recipe"))
+            merged = _merge_layer(below, text, replace_kwargs=True)
+            if text.get("reward_table") is not None:  # the file's table replaces a recipe's
+                merged.reward_table = text.reward_table
+        if named:
+            merged = _recipe_layer(merged, given, given.recipe)
         if overrides:
-            bad = [o for o in overrides if "=" not in o]
-            if bad:
-                raise ConfigError(f"overrides must be key=value, got {bad}")
-            merged = _merge_layer(merged, OmegaConf.from_dotlist(list(overrides)), replace_kwargs=False)
+            merged = _merge_layer(merged, given, replace_kwargs=False)
         cfg = OmegaConf.to_object(merged)
     except ConfigKeyError as err:
         key = getattr(err, "full_key", None) or str(err)
@@ -364,8 +412,8 @@ def to_container(cfg: Config) -> dict[str, Any]:
 
 
 def to_yaml(cfg: Config) -> str:
-    """The resolved config as YAML (written to every run directory)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The resolved config as YAML (written to every run directory), after comment lines on its recipe."""
+    return "".join(f"{line}\n" for line in recipe_lines(cfg)) + OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def from_yaml(text: str) -> Config:

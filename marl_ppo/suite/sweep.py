@@ -54,8 +54,8 @@ def parse_sweep(raw: Any, where: str = "sweep") -> Grid:
         raise SweepError(f"{where} must be a mapping of config keys to lists of values, got {type(raw).__name__}")
     grid = []
     for key, values in raw.items():
-        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[\w]+)+", key):
-            raise SweepError(f"{where}: {key!r} is not a dotted config key such as 'train.lr'")
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[\w]+)+|recipe", key):
+            raise SweepError(f"{where}: {key!r} is not a dotted config key such as 'train.lr' (or recipe)")
         if key in RESERVED_SWEEP_KEYS:
             raise SweepError(f"{where}: {key!r} cannot be swept (the suite sets it; use 'seeds' for seeds)")
         values = list(values) if isinstance(values, (list, tuple)) else [values]
