@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--separate",
         action="store_true",
         help="one line per run (default: runs of one config that differ only in the seed are one line, "
-        "their mean, in a band: the 95%% bootstrap interval of the mean)",
+        "their mean, in a band: the 95%% interval of the mean, Student's t below 10 seeds)",
     )
     p.set_defaults(func=_plot)
     add_export_parser(sub)  # marl_ppo/export/command.py: its options and handler

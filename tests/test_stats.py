@@ -41,7 +41,13 @@ def test_describe_a_set_of_returns():
     mean = sum(RETURNS) / 5
     sd = (sum((v - mean) ** 2 for v in RETURNS) / 4) ** 0.5
     assert d["n"] == 5 and d["mean"] == pytest.approx(mean) and d["sd"] == pytest.approx(sd)
-    assert d["ci95"] == list(map(float, bootstrap_interval(RETURNS, seed=0)))
+    # 5 seeds: Student's t, mean +- t(0.975, 4) * sd / sqrt(5)
+    assert d["method"] == "t" and d["ci95"] == pytest.approx(
+        [mean - 2.7764451 * sd / 5**0.5, mean + 2.7764451 * sd / 5**0.5]
+    )
+    ten = [float(v) for v in range(10)]
+    assert describe(ten)["method"] == "bootstrap" and describe(ten)["ci95"] == list(map(float, bootstrap_interval(ten)))
+    assert describe(RETURNS, method="bootstrap")["ci95"] == list(map(float, bootstrap_interval(RETURNS, seed=0)))
     assert describe([2.0])["sd"] is None and describe([2.0])["ci95"] == [2.0, 2.0]
     with pytest.raises(ValueError, match="one per seed"):
         describe([])
@@ -53,3 +59,13 @@ def test_the_interquartile_mean_of_a_known_score_matrix():
     assert iqm(scores) == pytest.approx((0.3 + 0.4 + 0.5 + 0.7) / 4)
     rliable = pytest.importorskip("rliable.metrics")
     assert iqm(scores) == pytest.approx(rliable.aggregate_iqm(scores))
+
+
+def test_at_three_seeds_the_percentile_bootstrap_is_the_range_and_the_default_interval_is_not():
+    """Each extreme resample of 3 values has probability 1/27 > 2.5 %: the percentile bootstrap's "95 %" is
+    [min, max]. The default (auto) is Student's t there: mean +- 4.3027 * sd / sqrt(3)."""
+    values = [0.8, 0.9, 1.0]
+    assert bootstrap_interval(values) == pytest.approx((0.8, 1.0))
+    d = describe(values)
+    half = 4.302653 * 0.1 / 3**0.5
+    assert d["method"] == "t" and d["ci95"] == pytest.approx([0.9 - half, 0.9 + half])

@@ -24,8 +24,8 @@ is how much of a run's coordination rests on conventions only its own training s
 The runs are the sampling units: run ``i``'s self-play score is ``M[i][i]``, its cross-play score the
 mean of the cells where it plays beside another run in either role (row ``i`` and column ``i`` off the
 diagonal), its gap the difference. Their means over the runs are the diagonal's mean, the
-off-diagonal's mean and the gap, each with the 95 % percentile bootstrap interval of the mean over
-runs (:func:`marl_ppo.stats.bootstrap_interval`; none below 3 runs, as a seed group's).
+off-diagonal's mean and the gap, each with the 95 % interval of the mean over runs
+(:func:`marl_ppo.stats.mean_interval`: Student's t below 10 runs; none below 3 runs, as a seed group's).
 
 >>> scores = self_cross_gap([[4.0, 1.0], [3.0, 2.0]])
 >>> scores["self_play"]["mean"], scores["cross_play"]["mean"], scores["gap"]["mean"], scores["gap"]["per_run"]
@@ -55,7 +55,7 @@ from marl_ppo.run.evaluation import EvalResult, Evaluator
 from marl_ppo.run.group_result import MIN_INTERVAL_SEEDS, TOO_FEW
 from marl_ppo.run.matches import seats
 from marl_ppo.run.opponents import make_player
-from marl_ppo.stats import RESAMPLES, bootstrap_interval
+from marl_ppo.stats import METHOD_TEXT, mean_interval
 
 __all__ = [
     "Seating",
@@ -78,8 +78,8 @@ REFERENCE = (
     "itself) vs cross-play score (off the diagonal, runs never trained together)"
 )
 INTERVAL = (
-    f"95% percentile bootstrap interval of the mean over runs (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0; "
-    f"none below {MIN_INTERVAL_SEEDS} runs); run i's cross-play score: its cells beside another run, row and column"
+    f"{METHOD_TEXT['auto']}, over runs (none below {MIN_INTERVAL_SEEDS} runs); run i's cross-play score: its cells "
+    "beside another run, row and column"
 )
 # what makes two runs' envs one game (the copies, devices and time-limit flag do not)
 GAME_FIELDS = ("kind", "scenario", "factory", "continuous_actions", "multidiscrete_actions", "comm", "image", "kwargs")
@@ -310,8 +310,9 @@ class Partners:
 
 
 def _statistics(values: np.ndarray) -> dict[str, Any]:
-    low, high = bootstrap_interval(values)
-    out = {"mean": float(values.mean()), "ci95": [float(low), float(high)], "per_run": values.tolist()}
+    low, high, method = mean_interval(values)
+    out = {"mean": float(values.mean()), "ci95": [float(low), float(high)], "method": method}
+    out["per_run"] = values.tolist()
     if len(values) < MIN_INTERVAL_SEEDS:
         out["ci95"], out["no_interval"] = None, f"{TOO_FEW} ({len(values)} < {MIN_INTERVAL_SEEDS})"
     return out

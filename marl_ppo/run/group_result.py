@@ -2,7 +2,7 @@
 directory beside the seeds' (``<log.root>/<name>-seeds``).
 
 ``group_summary.json`` holds, for each final return, every seed's value, their mean and sd and the 95 %
-bootstrap interval of the mean (:func:`marl_ppo.stats.describe`): the evaluation's (each seed's
+interval of the mean (:func:`marl_ppo.stats.describe`: Student's t below 10 seeds): the evaluation's (each seed's
 ``summary.json``) and the training return each seed last logged (``collect/<group>/episode_reward``).
 Below :data:`MIN_INTERVAL_SEEDS` seeds there is no interval (``ci95: null`` and a note saying why): a
 bootstrap of two values is their range, not a 95 % interval. ``returns.png`` and ``diagnostics.png`` draw
@@ -21,17 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from marl_ppo.run.logger import read_scalars
-from marl_ppo.stats import RESAMPLES, describe
+from marl_ppo.stats import METHOD_TEXT, describe
 
 __all__ = ["GROUP_SUMMARY", "MIN_INTERVAL_SEEDS", "TOO_FEW", "group_directory", "write_group_result", "group_lines"]
 
 GROUP_SUMMARY = "group_summary.json"
 MIN_INTERVAL_SEEDS = 3  # a bootstrap "interval" of one or two values is only their range
 TOO_FEW = "too few seeds for an interval"
-METHOD = (
-    f"95% percentile bootstrap interval of the mean over seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed 0;"
-    f" none below {MIN_INTERVAL_SEEDS} seeds)"
-)
+METHOD = f"{METHOD_TEXT['auto']} (none below {MIN_INTERVAL_SEEDS} seeds)"
 
 
 def group_directory(name: str, run_dirs: Sequence[Path]) -> Path:
@@ -111,6 +108,7 @@ def group_lines(summary: dict, group_dir: Path) -> list[str]:
             values = ", ".join(f"{v:.4g}" for v in d["values"])
             lines.append(f"  {key}: {d['mean']:.4g}{sd}, values [{values}] (n={d['n']}: {TOO_FEW})")
         else:
-            lines.append(f"  {key}: {d['mean']:.4g}{sd}, 95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] (n={d['n']})")
+            ci = f"[{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}]"
+            lines.append(f"  {key}: {d['mean']:.4g}{sd}, 95% CI {ci} (n={d['n']}, {d['method']})")
     lines += [f"  seed {s} left out: {why}" for s, why in summary["failed"].items()]
     return lines

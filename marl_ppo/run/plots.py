@@ -12,7 +12,7 @@
 
 Runs of one config that differ only in the seed (``train.seed``, ``train.seeds``, ``log.name``) are
 one **seed group**: one line, the mean over its seeds at the frames they all logged, in a band, the
-95 % bootstrap interval of that mean (:func:`marl_ppo.stats.bootstrap_interval`); a group of two seeds
+95 % interval of that mean (:func:`marl_ppo.stats.mean_interval`: Student's t below 10 seeds); a group of two seeds
 has no interval (a bootstrap of two values is their range): its band is the seeds' range, and the
 figure's title says so. ``separate=True`` draws each run on its own.
 """
@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from marl_ppo.run.logger import read_scalars  # noqa: E402
-from marl_ppo.stats import bootstrap_interval  # noqa: E402
+from marl_ppo.stats import T_BELOW, mean_interval  # noqa: E402
 
 __all__ = ["plot_runs", "seed_groups", "DIAGNOSTICS", "MIN_INTERVAL_SEEDS"]
 
@@ -107,7 +107,7 @@ def _draw(ax, label: str, seeds: list[list]) -> None:
     if len(seeds) < MIN_INTERVAL_SEEDS:
         low, high = values.min(axis=1), values.max(axis=1)
     else:
-        low, high = bootstrap_interval(values, resamples=2000)
+        low, high, _ = mean_interval(values)
     (line,) = ax.plot(frames, values.mean(axis=1), marker="." if len(frames) < 30 else None, label=label)
     ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
 
@@ -139,7 +139,7 @@ def _save(fig, path: Path, note: str | None) -> Path:
 def _band_note(groups: list[tuple[str, int]]) -> str | None:
     """The figures' title for seed groups (``(label, seeds)``): what their line and band are."""
     bands = {
-        True: "mean over seeds, 95% bootstrap interval of the mean",
+        True: f"mean over seeds, 95% interval of the mean (Student's t below {T_BELOW} seeds)",
         False: f"mean over seeds, band: the seeds' range ({TOO_FEW})",
     }
     parts = []

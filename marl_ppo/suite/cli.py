@@ -54,9 +54,10 @@ def build_parser(prog: str = "python -m marl_ppo.suite") -> argparse.ArgumentPar
     p.add_argument("--rerun", action="store_true", help="run again runs that finished before")
     p.add_argument(
         "--ci",
-        choices=("bootstrap", "t"),
-        default="bootstrap",
-        help="95%% interval of the plot's bands and the report's per-task table (the same)",
+        choices=("auto", "bootstrap", "t"),
+        default="auto",
+        help="95%% interval of the plot's bands and the report's per-task table (the same); auto: Student's t "
+        "below 10 seeds (a percentile bootstrap of 3 seeds is their range), the bootstrap from 10",
     )
     p.add_argument("--no-plot", action="store_true", help="skip the aggregate plot")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
@@ -72,7 +73,7 @@ def build_merge_parser(prog: str = "python -m marl_ppo.suite merge") -> argparse
     p.add_argument("sources", nargs="+", help="suite output folders (or their marl_eval.json files)")
     p.add_argument("--out", required=True, help="folder for the merged marl_eval.json, returns.png and report")
     p.add_argument(
-        "--ci", choices=("bootstrap", "t"), help="95%% interval of the plot and report (default: the parts')"
+        "--ci", choices=("auto", "bootstrap", "t"), help="95%% interval of the plot and report (default: the parts')"
     )
     p.add_argument("--protocol", choices=PROTOCOLS, help="how the report normalises scores (default: the parts')")
     p.add_argument(

@@ -143,7 +143,7 @@ def merge_suites(
         specs=dict(scores or {}),
         protocol=scoring["protocol"],
         references=scoring["references"],
-        ci=ci or scoring["ci"] or "bootstrap",
+        ci=ci or scoring["ci"] or "auto",
         plot=plot,
         title=title,
         scored_before=scoring["scored_on"],

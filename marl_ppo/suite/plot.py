@@ -10,27 +10,24 @@ from typing import Any, Mapping, NamedTuple, Optional
 from marl_ppo.suite.marl_eval import validate_marl_eval
 from marl_ppo.suite.scoring import SCORE
 
-CIS = ("bootstrap", "t")
+CIS = ("auto", "bootstrap", "t")
 
 
 def confidence_band(values, ci: str, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and a ``level`` confidence interval of the mean over seeds (no band for one seed): ``"bootstrap"``,
-    the percentile bootstrap of :func:`marl_ppo.stats.bootstrap_interval` (seeded), or ``"t"``, Student's t."""
+    """Mean and a ``level`` confidence interval of the mean over seeds (no band for one seed): ``"auto"``
+    (Student's t below :data:`marl_ppo.stats.T_BELOW` seeds, else the bootstrap), ``"bootstrap"``, the
+    percentile bootstrap of :func:`marl_ppo.stats.bootstrap_interval` (seeded), or ``"t"``, Student's t."""
     import numpy as np
-    from scipy import stats
 
-    from marl_ppo.stats import bootstrap_interval
+    from marl_ppo.stats import mean_interval
 
     if ci not in CIS:
-        raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
+        raise ValueError(f"ci must be one of {list(CIS)}, got {ci!r}")
     x = np.asarray(values, dtype=float)
     mean = float(x.mean())
     if len(x) < 2 or np.allclose(x, x[0]):
         return mean, mean, mean
-    if ci == "t":
-        low, high = stats.t.interval(level, len(x) - 1, loc=mean, scale=stats.sem(x))
-    else:
-        low, high = bootstrap_interval(x, level=level)
+    low, high, _ = mean_interval(x, ci, level=level)
     return mean, float(low), float(high)
 
 
@@ -53,7 +50,7 @@ def _metric(runs: Mapping[str, Any], metric: str) -> str:
     return metric if metric in first["absolute_metrics"] else "return"
 
 
-def suite_curves(data: Mapping[str, Any], *, metric: str = SCORE, ci: str = "bootstrap") -> dict[str, dict[str, Curve]]:
+def suite_curves(data: Mapping[str, Any], *, metric: str = SCORE, ci: str = "auto") -> dict[str, dict[str, Curve]]:
     """The lines :func:`plot_suite` draws: ``{"<env>/<task>": {algorithm: Curve}}``.
 
     At each evaluation step the line is the mean over seeds of each seed's mean ``metric`` (a task without it:
@@ -96,7 +93,7 @@ def plot_suite(
     out_png: str | Path,
     *,
     metric: str = SCORE,
-    ci: str = "bootstrap",
+    ci: str = "auto",
     title: Optional[str] = None,
 ) -> Path:
     """One panel per (environment, task): ``metric`` vs frames, one line per algorithm or sweep variant, and

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from marl_ppo.stats import RESAMPLES
+from marl_ppo.stats import METHOD_TEXT, T_BELOW
 from marl_ppo.suite._files import write_json
 from marl_ppo.suite.normalise import normalise
 from marl_ppo.suite.plot import confidence_band
@@ -43,10 +43,7 @@ PROTOCOL_TEXT = {
     "reference": "reference: each task's score normalised by its reference scores from the suite file, "
     "(score - random) / (expert - random)",
 }
-INTERVAL_TEXT = {
-    "bootstrap": f"95 % percentile bootstrap interval ({RESAMPLES} resamples, seed 0)",
-    "t": "95 % t-interval",
-}
+INTERVAL_TEXT = METHOD_TEXT
 
 
 def final_scores(data: Mapping[str, Any], metric: str = SCORE) -> dict[str, dict[str, dict[str, float]]]:
@@ -68,7 +65,8 @@ def summary(values: list[float], ci: str) -> dict[str, Any]:
     x = np.asarray(values, dtype=float)
     mean, low, high = confidence_band(x, ci)
     sd = float(x.std(ddof=1)) if len(x) > 1 else None
-    return {"n": len(x), "mean": mean, "sd": sd, "ci95": [low, high], "values": [float(v) for v in x]}
+    method = ("t" if len(x) < T_BELOW else "bootstrap") if ci == "auto" else ci
+    return {"n": len(x), "mean": mean, "sd": sd, "ci95": [low, high], "method": method, "values": [float(v) for v in x]}
 
 
 def aggregate(scores: Mapping[str, np.ndarray], seed: int = 0) -> dict[str, Any]:
@@ -145,7 +143,7 @@ def write_report(
     title: str | None = None,
     protocol: str = "marl-eval",
     references: Optional[Mapping[str, tuple[float, float]]] = None,
-    ci: str = "bootstrap",
+    ci: str = "auto",
     scored_on: Optional[Mapping[str, list[str]]] = None,
     not_scored: Optional[Mapping[str, str]] = None,
 ) -> Path:
@@ -173,14 +171,15 @@ def write_report(
         f"(`absolute_metrics`), the sample sd, and the {INTERVAL_TEXT[ci]} of the mean: the final points of",
         "`returns.png`.",
         "",
-        "| variant | task | seeds | mean | sd | 95 % interval |",
-        "|---|---|---:|---:|---:|---|",
+        "| variant | task | seeds | mean | sd | 95 % interval | method |",
+        "|---|---|---:|---:|---:|---|---|",
     ]
     for v, tasks in per_task.items():
         for t, d in sorted(tasks.items()):
             sd = f"{d['sd']:.4g}" if d["sd"] is not None else "–"
             lines.append(
-                f"| {v} | {t} | {d['n']} | {d['mean']:.4g} | {sd} | [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] |"
+                f"| {v} | {t} | {d['n']} | {d['mean']:.4g} | {sd} | [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] "
+                f"| {d['method']} |"
             )
     for task, why in report["not_scored"].items():
         report["not_computed"][f"score of {task}"] = why

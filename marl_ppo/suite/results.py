@@ -38,7 +38,7 @@ def write_results(
     specs: Mapping[str, ScoreSpec],
     protocol: str = "marl-eval",
     references: Optional[Mapping[str, tuple[float, float]]] = None,
-    ci: str = "bootstrap",
+    ci: str = "auto",
     plot: bool = True,
     title: Optional[str] = None,
     scored_before: Optional[Mapping[str, list[str]]] = None,

@@ -136,7 +136,7 @@ def run_suite(
     overrides: Sequence[str] = (),
     rerun: bool = False,
     plot: bool = True,
-    ci: str = "bootstrap",
+    ci: str = "auto",
     echo: Callable[[str], None] = print,
     launcher: Literal["local", "ray", "slurm"] = "local",
     ray_address: Optional[str] = None,

@@ -169,10 +169,14 @@ def test_the_scores_and_their_intervals_on_fixed_numbers():
     assert scores["self_play"]["per_run"] == [4.0, 2.0, 5.0] and scores["self_play"]["mean"] == pytest.approx(11 / 3)
     assert scores["cross_play"]["per_run"] == [1.5, 1.75, 1.25] and scores["cross_play"]["mean"] == 1.5
     assert scores["gap"]["per_run"] == [2.5, 0.25, 3.75] and scores["gap"]["mean"] == pytest.approx(11 / 3 - 1.5)
-    # gaps [0, 0, 1]: a resample's mean is 1 with chance 1/27 > 2.5 % and 0 with chance 8/27: the interval is [0, 1]
+    # gaps [0, 0, 1]: a percentile bootstrap would give their range [0, 1] (each extreme resample has chance
+    # 1/27 > 2.5 %); Student's t at 3 runs: 1/3 +- 4.302653 * sd / sqrt(3), sd = sqrt(1/3)
     scores = self_cross_gap([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 2.0]])
-    assert scores["gap"]["per_run"] == [0.0, 0.0, 1.0] and scores["gap"]["ci95"] == [0.0, 1.0]
-    assert scores["self_play"]["ci95"] == [1.0, 2.0] and scores["cross_play"]["ci95"] == [1.0, 1.0]  # all equal
+    half = 4.302653 * (1 / 3) ** 0.5 / 3**0.5
+    assert scores["gap"]["per_run"] == [0.0, 0.0, 1.0] and scores["gap"]["method"] == "t"
+    assert scores["gap"]["ci95"] == pytest.approx([1 / 3 - half, 1 / 3 + half])
+    assert scores["self_play"]["ci95"] == pytest.approx([4 / 3 - half, 4 / 3 + half])
+    assert scores["cross_play"]["ci95"] == [1.0, 1.0]  # all equal
     two = self_cross_gap([[1.0, 0.0], [0.5, 3.0]])  # two runs: no interval, as a seed group's
     assert two["gap"]["ci95"] is None and "too few seeds" in two["gap"]["no_interval"]
     assert Seating.parse({"g": _Spec(3)}, None).labels(False) == ["g:1", "g:2"]

@@ -117,11 +117,12 @@ def test_three_seeds_give_an_interval_and_say_how_many(tiny_config, tmp_path, ca
     final = json.loads((tmp_path / "group-seeds" / "group_summary.json").read_text())["final"]
     d = final["eval/agents/episode_reward"]
     assert d["n"] == 3 and "no_interval" not in d
-    assert min(d["values"]) <= d["ci95"][0] <= d["mean"] <= d["ci95"][1] <= max(d["values"])
+    half = 4.302653 * d["sd"] / 3**0.5  # Student's t at 3 seeds (a percentile bootstrap would be their range)
+    assert d["method"] == "t" and d["ci95"] == pytest.approx([d["mean"] - half, d["mean"] + half])
     line = next(line for line in out.splitlines() if line.startswith("  eval/agents/episode_reward: "))
-    assert line.endswith(f"95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] (n=3)"), line
+    assert line.endswith(f"95% CI [{d['ci95'][0]:.4g}, {d['ci95'][1]:.4g}] (n=3, t)"), line
     assert _description(tmp_path / "group-seeds" / "returns.png").startswith(
-        "group (3 seeds): mean over seeds, 95% bootstrap interval of the mean"
+        "group (3 seeds): mean over seeds, 95% interval of the mean (Student's t below 10 seeds)"
     )
 
 

@@ -96,8 +96,9 @@ def test_the_report_states_its_protocol_each_variants_seeds_and_rliables_aggrega
     md = write_report(DATA, tmp_path, title="demo", protocol="final").read_text()
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["protocol"] == "final" and "Protocol: final:" in md
-    assert report["final_score"]["good"]["vmas/nav"] == summary([10.0, 12.0, 11.0], "bootstrap")
-    assert "| good | vmas/nav | 3 | 11 | 1 | [" in md
+    assert report["final_score"]["good"]["vmas/nav"] == summary([10.0, 12.0, 11.0], "t")
+    assert "| good | vmas/nav | 3 | 11 | 1 | [8.516, 13.48] | t |" in md  # 3 seeds: not their range [10, 12]
+    assert "Student's t below 10 seeds" in md
     stats = report["environments"]["vmas"]
     iqm = stats["aggregate"]["good"]["IQM"]
     # the 6 normalised scores .8 1 1 .8 .9 .9 sorted: .8 .8 .9 .9 1 1; the middle half (scipy trims 1 each end)
