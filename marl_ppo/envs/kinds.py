@@ -32,7 +32,9 @@ and one :func:`register_env_kind` call (or a line in :data:`ENV_KINDS`, a
   reads it (``"flatten"``: not one float32 vector per agent, flattened; ``"cast"``: cast to float32), and
   ``export_source`` where that observation comes from (the deploy file's words);
 * ``scenarios``: ``"module:function"`` listing the valid ``env.scenario`` names (``marl-ppo list``, the tests);
-* ``team_reward``: every group gets the team's reward (its score is one group's return, not a sum over agents).
+* ``team_reward``: every group gets the team's reward (its score is one group's return, not a sum over agents);
+* ``check``: ``"module:function"`` of the env config that refuses parameters outside the library's declared
+  ranges (:mod:`~marl_ppo.envs.game_ranges`), run when the env config is made, before native code sees them.
 
 >>> env_kind("vmas").renders, env_kind("pettingzoo").vectorised
 (True, False)
@@ -83,6 +85,12 @@ class EnvKind:
     export_source: str = "the run's env factory (env.factory): each agent's observation as it gives it"
     scenarios: str | Callable[[], Any] | None = None
     team_reward: bool = False
+    check: str | Callable[..., None] | None = None
+
+    def check_parameters(self, cfg) -> None:
+        """Refuses ``cfg``'s parameters outside the library's ranges (the kind's ``check``), in one line."""
+        if self.check is not None:
+            resolve(self.check)(cfg)
 
     def scenario_names(self) -> list[str]:
         """The valid ``env.scenario`` names, as the kind's library lists them (empty: any, or a factory's)."""
@@ -192,6 +200,7 @@ ENV_KINDS: Table[EnvKind] = Table(
             export_source="pyspiel: state.observation_tensor(player) (or information_state_tensor)",
             scenarios="marl_ppo.envs.openspiel:openspiel_games",
             team_reward=True,
+            check="marl_ppo.envs.game_ranges:check_openspiel",
         ),
         # train.seeds: a factory taking num_envs holds every seed's copies (run/build.py checks the env it made)
         EnvKind(

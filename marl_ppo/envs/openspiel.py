@@ -42,7 +42,12 @@ Needs the optional extra ``openspiel`` (``pip install 'marl-ppo[openspiel]'``).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -65,12 +70,63 @@ def openspiel_games() -> list[str]:
     return sorted(pyspiel.registered_names())
 
 
+# played in a child process before this one loads the game: a C++ REQUIRE aborts, a bad pointer segfaults
+_PROBE = """
+import json, sys
+import numpy as np
+import pyspiel
+game = pyspiel.load_game(sys.argv[1], json.loads(sys.argv[2]))
+rng = np.random.default_rng(0)
+for _ in range(2):
+    state, moves = game.new_initial_state(), 0
+    while not state.is_terminal() and moves < 100:
+        if state.is_chance_node():
+            outcomes, probabilities = zip(*state.chance_outcomes())
+            state.apply_action(int(rng.choice(outcomes, p=probabilities)))
+            continue
+        players = range(game.num_players()) if state.is_simultaneous_node() else [state.current_player()]
+        for p in players:
+            state.observation_tensor(p) if game.get_type().provides_observation_tensor else None
+        if state.is_simultaneous_node():
+            state.apply_actions([int(rng.choice(state.legal_actions(p))) for p in players])
+        else:
+            state.apply_action(int(rng.choice(state.legal_actions())))
+        moves += 1
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _native_failure(name: str, parameters: str) -> str | None:
+    """How the game ``name`` with ``parameters`` (JSON) dies in a child process that loads it and plays two games
+    of random legal moves (a native abort or segfault, with the library's last words), or ``None``. Written by
+    hand: nothing in pyspiel reports a C++ ``REQUIRE`` as a Python exception."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, name, parameters], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        return None  # slow, not dead: the game itself will say what it does
+    if proc.returncode >= 0:
+        return None  # ran, or raised a Python error that loading it here reports in its own words
+    why = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else proc.returncode
+    said = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith(("Fatal", "  "))]
+    words = said[-1] if said else "no message"
+    if " in " in words and "failed at " in words:  # "... failed at /path/file.cc:33 in Fn: condition"
+        words = f"{words.split(' at ')[0]} ({words.rsplit('/', 1)[-1]})"
+    return f"the library crashed the process ({why}): {words}"
+
+
 def load_game(name: str, parameters: dict[str, Any]) -> Any:
-    """``pyspiel.load_game(name, parameters)``; a one-line :class:`ConfigError` for an unknown game or parameter."""
+    """``pyspiel.load_game(name, parameters)``; a one-line :class:`ConfigError` for an unknown game or parameter,
+    and for one that crashes the library (found in a child process first: :func:`_native_failure`)."""
     games = openspiel_games()
     if name not in games:
         raise unknown_name("OpenSpiel game", name, games)
     import pyspiel
+
+    crash = _native_failure(name, json.dumps(parameters, sort_keys=True))
+    if crash is not None:
+        raise ConfigError(f"env.kwargs for OpenSpiel game {name!r} ({parameters}): {crash}")
 
     try:
         game = pyspiel.load_game(name, parameters)

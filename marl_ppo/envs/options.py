@@ -174,5 +174,6 @@ class EnvConfig:
                     raise ConfigError(
                         f"{name}=true is a VMAS option, read by env.kind={where}; env.kind is {self.kind!r}"
                     )
+        kind.check_parameters(self)
         if kind.cpu_only and self.device != "cpu":
             raise ConfigError(f"env.device={self.device!r}: {self.kind} envs step on the CPU only; use env.device=cpu")
