@@ -261,9 +261,9 @@ def _matches(args: argparse.Namespace, cfg, parts, recorder=None) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from marl_ppo.run.plots import plot_runs
+    from marl_ppo.run.plots import comparison_folder, plot_runs
 
-    out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "plots"
+    out = Path(args.out) if args.out else comparison_folder(args.run_dirs)
     for path in plot_runs(args.run_dirs, out, metrics=args.metric, separate=args.separate):
         print(path)
     return 0
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_eval)
     p = sub.add_parser("plot", help="plot learning curves of one or several runs")
     p.add_argument("run_dirs", nargs="+", help="run directories; several go on one figure")
-    p.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
+    p.add_argument("--out", help="output folder (default: RUN_DIR/plots; several runs: a folder of their own beside)")
     p.add_argument(
         "--metric",
         action="append",

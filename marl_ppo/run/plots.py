@@ -20,6 +20,7 @@ figure's title says so. ``separate=True`` draws each run on its own.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 from pathlib import Path
 
@@ -148,6 +149,22 @@ def _band_note(groups: list[tuple[str, int]]) -> str | None:
         if members:
             parts.append(f"{', '.join(members)}: {band}")
     return "; ".join(parts) or None
+
+
+def comparison_folder(run_dirs: list[str | Path]) -> Path:
+    """Where ``marl-ppo plot`` writes by default: one run's own ``plots/``; several runs' comparison in a folder of
+    its own beside the first (``plots_A+B``), so that no run's own plots are replaced.
+
+    >>> comparison_folder(["runs/a"]).as_posix(), comparison_folder(["runs/a", "other/b"]).as_posix()
+    ('runs/a/plots', 'runs/plots_a+b')
+    """
+    first = Path(run_dirs[0])
+    if len(run_dirs) == 1:
+        return first / "plots"
+    name = "+".join(Path(d).name for d in run_dirs)
+    if len(name) > 100:  # many runs: a short name that still tells the sets apart
+        name = f"{name[:80]}+{len(run_dirs)}runs-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return first.parent / f"plots_{name}"
 
 
 def plot_runs(

@@ -85,6 +85,9 @@ def build_merge_parser(prog: str = "python -m marl_ppo.suite merge") -> argparse
         "vs_random/red/win_rate (e.g. vmas/simple_tag=adversary)",
     )
     p.add_argument("--no-plot", action="store_true", help="skip the aggregate plot")
+    p.add_argument(
+        "--force", action="store_true", help="replace the results --out already holds (another suite's, or merge's)"
+    )
     return p
 
 
@@ -118,6 +121,7 @@ def _merge(argv: Sequence[str], prog: str) -> int:
             ci=args.ci,
             protocol=args.protocol,
             scores=parse_scores(args.score),
+            force=args.force,
         )
     except SuiteError as err:
         print(f"{prog} merge: error: {err}", file=sys.stderr)

@@ -114,6 +114,23 @@ def _scoring(sources: Sequence[str | Path], protocol: Optional[str]) -> dict[str
     return joined
 
 
+def _holds_other_results(out: Path, sources: Sequence[str | Path]) -> str | None:
+    """What results ``out`` holds that are not these sources' own (``None``: nothing, one of the sources, whose
+    results a merge rebuilds, or an earlier merge of the same sources)."""
+    if not (out / "marl_eval.json").exists():
+        return None
+    folders = {(Path(s).parent if Path(s).suffix == ".json" else Path(s)).resolve() for s in sources}
+    if out.resolve() in folders:
+        return None
+    record = out / "merged_from.json"
+    if record.exists() and set(json.loads(record.read_text()).get("sources", [])) == {
+        str(Path(s).resolve()) for s in sources
+    }:
+        return None
+    runs = " and its runs/ hold other runs" if (out / "runs").is_dir() else ""
+    return f"already holds a suite's results ({out / 'marl_eval.json'}{runs})"
+
+
 def merge_suites(
     sources: Sequence[str | Path],
     out: str | Path,
@@ -123,13 +140,17 @@ def merge_suites(
     title: Optional[str] = None,
     protocol: Optional[str] = None,
     scores: Optional[Mapping[str, ScoreSpec]] = None,
+    force: bool = False,
 ) -> Written:
     """Merges suite outputs (or rebuilds one's) into ``out``: ``marl_eval.json``, ``scoring.json``,
     ``returns.png`` and ``report.md`` (:func:`~marl_ppo.suite.results.write_results`). ``protocol``, ``ci``:
     the parts' unless given; ``scores``: ``{"<env>/<task>": score}`` for tasks to score anew (a task its suite
-    could not score: a competitive one)."""
+    could not score: a competitive one). An ``out`` that already holds other results (another suite's output, or
+    a merge of other sources) is refused unless ``force``: nothing is replaced without being asked."""
     if not sources:
         raise SuiteError("merge needs at least one suite output")
+    if not force and (why := _holds_other_results(Path(out), sources)):
+        raise SuiteError(f"--out {out} {why}: merging would replace them; give another --out, or --force")
     merged = merge_marl_eval([(str(s), read_suite_json(s)) for s in sources])
     scoring = _scoring(sources, protocol)
     unknown = sorted(set(scores or {}) - {f"{e}/{t}" for e, tasks in merged.items() for t in tasks})

@@ -215,6 +215,16 @@ def test_plot_default_out_is_first_run_plots(trained_run, capsys):
     capsys.readouterr()
 
 
+def test_plot_of_several_runs_writes_beside_them_and_leaves_each_runs_own_plots(trained_run, tmp_path, capsys):
+    other = train(tmp_path, "nav-other", "train.seed=1")
+    assert main(["plot", str(other)]) == 0
+    own = (other / "plots" / "returns.png").read_bytes()
+    assert main(["plot", str(other), str(trained_run)]) == 0
+    folder = other.parent / f"plots_{other.name}+{trained_run.name}"
+    assert str(folder / "returns.png") in capsys.readouterr().out.split()
+    assert (other / "plots" / "returns.png").read_bytes() == own  # A's own plots are A's still
+
+
 def test_unknown_key_returns_1_with_message(tmp_path, capsys):
     assert main(["train", "train.bogus=1", f"log.root={tmp_path}"]) == 1
     captured = capsys.readouterr()

@@ -229,6 +229,15 @@ def test_merge_two_half_suites_equals_the_whole(local_tiny, ray_cluster, tmp_pat
     err = capsys.readouterr().err
     assert "cannot merge: vmas/" in err and "has runs ['seed_0']" in err and "['seed_0', 'seed_1']" in err
     assert not (tmp_path / "bad" / "marl_eval.json").exists()
+    # into another suite's output folder: refused, nothing replaced, unless asked; the same merge again is fine
+    before = (halves[1] / "marl_eval.json").read_bytes()
+    assert main(["merge", str(halves[0]), "--out", str(halves[1])]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {halves[1]} already holds a suite's results" in err and "--force" in err
+    assert (halves[1] / "marl_eval.json").read_bytes() == before
+    assert main(["merge", *map(str, halves), "--out", str(merged)]) == 0  # the same sources: a rebuild
+    assert main(["merge", str(halves[0]), "--out", str(merged)]) == 2  # other sources
+    assert main(["merge", str(halves[0]), "--out", str(merged), "--force"]) == 0
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "suites").glob("*.yaml")), ids=lambda p: p.name)
