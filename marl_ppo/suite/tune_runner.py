@@ -177,7 +177,9 @@ def _searcher(spec: TuneSpec):
         return OptunaSearch(seed=spec.seed)
     from ray.tune.search import BasicVariantGenerator
 
-    return BasicVariantGenerator(random_state=spec.seed)  # Tune's random and grid sampling
+    # Tune's random and grid sampling; it takes its own limit (Tune ignores max_concurrent_trials for it, with a
+    # warning, and runs as many trials as the CPUs allow)
+    return BasicVariantGenerator(random_state=spec.seed, max_concurrent=spec.max_concurrent)
 
 
 def run_tune(
@@ -220,7 +222,8 @@ def run_tune(
                     search_alg=_searcher(spec),
                     scheduler=_scheduler(spec, base),
                     trial_dirname_creator=trial_dirname,
-                    max_concurrent_trials=spec.max_concurrent or None,
+                    # a Searcher (optuna) is limited by Tune's ConcurrencyLimiter; the variant generator by itself
+                    max_concurrent_trials=(spec.max_concurrent or None) if spec.searcher == "optuna" else None,
                 ),
                 run_config=tune.RunConfig(
                     name=spec.name,

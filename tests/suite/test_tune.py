@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -119,6 +120,29 @@ def test_the_optuna_searcher_proposes_the_trials_within_the_space(ray_cluster, t
     for params in got:
         assert 1e-4 <= params["train.lr"] <= 1e-2 and 0.1 <= params["loss.clip_epsilon"] <= 0.3
     assert all(t.status == "finished" and not math.isnan(t.last) for t in result.trials)
+
+
+@pytest.mark.parametrize("searcher", ["random", "optuna"])
+def test_max_concurrent_runs_at_most_that_many_trials_at_once_with_every_searcher(ray_cluster, tmp_path, searcher):
+    """Each trial's span, from its run directory's creation to its summary, recorded by the trial itself: with
+    max_concurrent 1 no two spans overlap (Tune ignored the limit for the random searcher before: 2 at once)."""
+    raw = yaml.safe_load(TINY.read_text())
+    raw.update(
+        task=str(ROOT / "marl_ppo" / "configs" / "navigation.yaml"),
+        searcher=searcher,
+        scheduler="fifo",
+        num_samples=3 if searcher == "optuna" else 1,
+        out=str(tmp_path / "out"),
+        space={"train.lr": {"grid": [1e-2, 3e-3, 1e-3]} if searcher == "random" else {"loguniform": [1e-4, 1e-2]}},
+    )
+    spec = dataclasses.replace(TuneSpec.from_dict(raw, source="limit.yaml"), max_concurrent=1)  # --max-concurrent 1
+    result = run_tune(spec, echo=lambda _: None)
+    assert len(result.trials) == 3 and all(t.status == "finished" for t in result.trials)
+    spans = sorted(
+        ((t.run_dir / "config.yaml").stat().st_mtime_ns, (t.run_dir / "summary.json").stat().st_mtime_ns)
+        for t in result.trials
+    )
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
 
 
 BAD = [
