@@ -102,6 +102,9 @@ class LogConfig:
             PettingZoo: shared out between at most ``env.num_envs`` copies).
         eval_deterministic: the evaluations play each policy's mode (false: they sample its actions,
             as collection does; BenchMARL's ``evaluation_deterministic_actions``).
+        eval_both: every evaluation also plays the other way, greedy beside sampled
+            (``eval/<group>/episode_reward_greedy`` and ``_sampled``, on the same episodes); false: the
+            configured way alone, at half the evaluation's cost.
         checkpoint_every: write a checkpoint every K iterations (the final one is always written).
         progress: show a progress bar.
         plot: write learning-curve PNGs at the end of a run.
@@ -119,6 +122,7 @@ class LogConfig:
     eval_every: int = 2
     eval_episodes: int = 10
     eval_deterministic: bool = True
+    eval_both: bool = True
     checkpoint_every: int = 5
     progress: bool = True
     plot: bool = True

@@ -100,8 +100,12 @@ class SeedRecord:
         """The seed's evaluation (:class:`~marl_ppo.run.evaluation.Evaluator`; the caller puts the seed's
         tensors in force), as the ``eval/...`` metrics it logs."""
         recorder = FrameRecorder() if self.cfg.log.video else None
-        modes = self.evaluator.both_modes(callback=recorder, sample=not self.pooled)
-        result = modes["greedy" if self.cfg.log.eval_deterministic else "sampled"]
+        first = "greedy" if self.cfg.log.eval_deterministic else "sampled"
+        if self.cfg.log.eval_both:
+            modes = self.evaluator.both_modes(callback=recorder, sample=not self.pooled)
+        else:
+            modes = {first: self.evaluator(callback=recorder)}
+        result = modes[first]
         if recorder is not None:
             video = recorder.save(self.run_dir / "videos" / f"eval_iter{iteration:05d}.gif")
             self.logger.log_file("eval/video", video, frames)
@@ -111,7 +115,8 @@ class SeedRecord:
         self.last_eval_iteration = iteration
         self.last_eval = {f"eval/{g}/episode_reward": r for g, r in result.returns.items()}
         self.last_eval["eval/episodes"] = result.episodes
-        self.last_eval.update(Evaluator.mode_metrics(modes))
+        if self.cfg.log.eval_both:
+            self.last_eval.update(Evaluator.mode_metrics(modes))
         self.last_eval.update(self.matches.metrics())
         self.eval_returns = dict(result.returns)
         return self.last_eval

@@ -39,3 +39,10 @@ def test_marl_ppo_eval_prints_both_modes_and_sample_picks_the_headline(run, caps
     sampled = json.loads(capsys.readouterr().out)
     assert sampled["episode_reward"] == sampled["episode_reward_sampled"] == greedy["episode_reward_sampled"]
     assert sampled["episode_reward_greedy"] == greedy["episode_reward_greedy"]
+
+
+def test_eval_both_false_plays_the_configured_mode_alone(tmp_path):
+    assert main(["train", "navigation", *TINY, "log.eval_both=false", f"log.root={tmp_path}", "log.name=one"]) == 0
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert "eval/agents/episode_reward" in summary and not any(k.endswith(("_greedy", "_sampled")) for k in summary)
+    assert not list((tmp_path / "one" / "logs" / "scalars" / "eval" / "agents").glob("episode_reward_*.csv"))
