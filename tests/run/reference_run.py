@@ -37,6 +37,7 @@ OVERRIDES = [
     "log.checkpoint_every=2",
     "log.progress=false",
     "log.plot=false",
+    "log.eval_both=false",  # the evaluations as recorded: the configured mode alone
 ]
 # a group of four seeds in one process (train.seeds): smaller batches, the same checkpoint rhythm
 SEEDS_OVERRIDES = [
@@ -48,6 +49,7 @@ SEEDS_OVERRIDES = [
     "log.checkpoint_every=2",
     "log.progress=false",
     "log.plot=false",
+    "log.eval_both=false",
 ]
 
 
