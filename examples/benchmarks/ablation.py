@@ -55,9 +55,8 @@ def train(config: str, name: str, seeds: list[int], frames: int, out: Path) -> N
 
 
 def row(name: str, seed: int, run: Path, episodes: int) -> dict:
-    from marl_ppo.run.logger import read_scalars
-
     from marl_ppo.config import from_yaml
+    from marl_ppo.run.logger import read_scalars
 
     scenario = from_yaml((run / "config.yaml").read_text()).env.scenario  # LBF's "8x8-2p-2f-coop": 2 agents
     agents = int(re.search(r"(\d+)p", scenario).group(1))
