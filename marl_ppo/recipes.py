@@ -165,18 +165,10 @@ RECIPES: Table[Recipe] = Table(
         ),
         Recipe(
             "marl_ppo",
-            "this project's ablation on LBF 8x8-2p-2f-coop (docs/recipes.md, 'The ablation'): the shipped "
-            "config with what moved its plateau and its greedy return",
-            families={
-                "lbf": {
-                    "model.agent_id": True,
-                    "reward_table": TEAM_SUM,
-                },
-                "rware": {
-                    "model.agent_id": True,
-                    "reward_table": TEAM_SUM,
-                },
-            },
+            "this project's ablation on LBF 8x8-2p-2f-coop (docs/recipes.md, 'The ablation', 3 seeds x 1 000 000 "
+            "frames): of the EPyMARL paper's ingredients, the team's summed reward alone moved both the plateau "
+            "(0.85 -> 0.97) and the greedy return (0.10 -> 0.85); the rest is the config's own",
+            families={"lbf": {"reward_table": TEAM_SUM}},
         ),
     ],
 )
