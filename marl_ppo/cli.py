@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -438,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; the run directory keeps its last checkpoint and logs", file=sys.stderr)
         return 130
     except Exception as err:  # one clear line for the user; the run dir keeps error.txt with the traceback
-        print(f"marl-ppo {args.command}: error: {type(err).__name__}: {err}", file=sys.stderr)
+        if not (type(err).__name__ == "ConfigError" and os.environ.get("RANK", "0") != "0"):  # said by rank 0
+            print(f"marl-ppo {args.command}: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
 
 

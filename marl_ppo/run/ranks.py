@@ -21,9 +21,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,14 +115,63 @@ def launch(cfg: Config, argv: Sequence[str]) -> int | None:
         return None
     check_ranks(cfg)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # torchrun's default
-    launcher = subprocess.Popen(launch_command(cfg.train.ranks, argv), env=env)
-    # SIGTERM to this process (kill, a scheduler) reaches the launcher, which passes it to every rank (each
-    # then stops with a checkpoint); Ctrl-C reaches them all from the terminal already
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: launcher.send_signal(signum))
+    launcher = subprocess.Popen(launch_command(cfg.train.ranks, argv), env=env, stderr=subprocess.PIPE)
+    relay = threading.Thread(target=relay_ranks_stderr, args=(launcher.stderr, sys.stderr), daemon=True)
+    relay.start()
+    got: list[int] = []
+
+    def forward(signum, frame) -> None:  # kill, a scheduler: the launcher passes it to every rank (each then
+        got.append(signum)  # stops with a checkpoint); Ctrl-C reaches them all from the terminal already
+        if signum == signal.SIGTERM:
+            launcher.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return launcher.wait()
+        code = launcher.wait()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        relay.join(timeout=10)
+    # stopped by a signal: the ranks said so (rank 0's line) and kept a checkpoint; the shell's code for it
+    return 128 + got[0] if got else code
+
+
+# what torch's launcher writes of its own: its log lines ("W1207 12:00:00.123000 123 torch/...") and the OMP banner
+_LAUNCHER_LINE = re.compile(r"^([WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ |\*{20,}\s*$|Setting OMP_NUM_THREADS)")
+
+
+def relay_ranks_stderr(source, sink) -> None:
+    """The ranks' stderr, which they share with torch's launcher (``source``, a binary pipe), less what the
+    launcher says itself: its log lines, and from its first traceback on (its ``SignalException`` after a
+    signal, its ``ChildFailedError`` block after a rank failed: each rank has said why in one line before,
+    and our ranks print no traceback). A progress bar's redrawn line (``\\r``) passes as it comes. Written by
+    hand: the launcher has no option to keep its tracebacks to itself.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> relay_ranks_stderr(io.BytesIO(b"stopped by SIGTERM\\nW1207 12:00:00.1 7 x\\nTraceback (most recent call last):\\n x\\n"), out)
+    >>> out.getvalue()
+    'stopped by SIGTERM\\n'
+    """
+    quiet, pending = False, b""
+
+    def write(text: bytes) -> None:
+        nonlocal quiet
+        line = text.decode(errors="replace")
+        quiet = quiet or line.startswith("Traceback (most recent call last)")
+        if not quiet and not _LAUNCHER_LINE.match(line):
+            sink.write(line)
+            sink.flush()
+
+    while chunk := source.read1(4096) if hasattr(source, "read1") else source.read(4096):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            write(line + b"\n")
+        if b"\r" in pending:  # a progress bar redrawing its line
+            done, _, pending = pending.rpartition(b"\r")
+            write(done + b"\r")
+    if pending:
+        write(pending)
 
 
 class RankRecord:

@@ -234,8 +234,32 @@ def test_sigterm_to_the_command_stops_every_rank_with_a_checkpoint(tmp_path):
     family = [_rank(proc, 0), _rank(proc, 1), *psutil.Process(proc.pid).children(recursive=True)]
     proc.send_signal(signal.SIGTERM)  # what kill and a scheduler send to the command a user started
     code, _, err = _finished(proc, timeout=180)
-    assert code != 0
+    assert code == 143, err[-3000:]  # the shell's code for SIGTERM, not the launcher's 1
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]  # the launcher's own, kept back
+    assert sum("--resume" in line for line in err.splitlines()) == 1, err  # rank 0's one line
     assert "SIGTERM" in (run_dir / "error.txt").read_text()
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["iteration"] >= 2
     left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, left  # no rank or launcher left behind
+
+
+def test_ctrl_c_to_the_commands_process_group_stops_every_rank_in_one_line_and_exits_130(tmp_path):
+    proc = _cli("train", *TINY, "train.ranks=2", f"log.root={tmp_path}", "log.name=int", start_new_session=True)
+    run_dir = tmp_path / "int"
+    _wait_for(run_dir / "checkpoints" / "iter_00002.pt", proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the foreground job on Ctrl-C
+    code, _, err = _finished(proc, timeout=180)
+    assert code == 130, err[-3000:]
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
+    assert "SIGINT" in (run_dir / "error.txt").read_text()
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["iteration"] >= 2
+
+
+def test_under_plain_torchrun_a_ranks_mismatch_is_said_once(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "marl_ppo",
+           "train", *TINY, "train.ranks=3", f"log.root={tmp_path}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if "train.ranks=3, but torchrun started 2 processes" in line]
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert not list(tmp_path.iterdir())  # before any rank started work
