@@ -149,7 +149,8 @@ def relay_ranks_stderr(source, sink) -> None:
 
     >>> import io
     >>> out = io.StringIO()
-    >>> relay_ranks_stderr(io.BytesIO(b"stopped by SIGTERM\\nW1207 12:00:00.1 7 x\\nTraceback (most recent call last):\\n x\\n"), out)
+    >>> said = b"stopped by SIGTERM\\nW1207 12:00:00.1 7 x\\nTraceback (most recent call last):\\n x\\n"
+    >>> relay_ranks_stderr(io.BytesIO(said), out)
     >>> out.getvalue()
     'stopped by SIGTERM\\n'
     """
