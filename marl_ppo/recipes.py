@@ -16,7 +16,7 @@ lists every value with its source.
 >>> RECIPES.lookup("mapo")
 Traceback (most recent call last):
 ...
-ValueError: unknown recipe 'mapo' (did you mean 'mappo'?); registered: ['benchmarl', 'epymarl', 'mappo', 'marl_ppo']
+ValueError: unknown recipe 'mapo' (did you mean 'mappo' or 'marl_ppo'?); registered: ['benchmarl', 'epymarl', 'mappo', 'marl_ppo']
 """
 
 from __future__ import annotations
