@@ -10,6 +10,7 @@ exactly one gets it, and the other takes the next free name.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -131,5 +132,8 @@ def write_summary(
     summary = {"iteration": iteration, "frames": frames, "run_dir": str(run_dir), **final}
     if collector is not None:
         summary["collector"] = collector
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    path = Path(run_dir) / "summary.json"
+    tmp = path.with_name("summary.json.tmp")  # through a temporary file: a reader never sees it half written
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, path)
     return summary

@@ -144,7 +144,8 @@ def relay_ranks_stderr(source, sink) -> None:
     """The ranks' stderr, which they share with torch's launcher (``source``, a binary pipe), less what the
     launcher says itself: its log lines, and from its first traceback on (its ``SignalException`` after a
     signal, its ``ChildFailedError`` block after a rank failed: each rank has said why in one line before,
-    and our ranks print no traceback). A progress bar's redrawn line (``\\r``) passes as it comes. Written by
+    and our ranks print no traceback), but for a rank that died from a signal (it said nothing): the launcher's
+    report of it, in one line. A progress bar's redrawn line (``\\r``) passes as it comes. Written by
     hand: the launcher has no option to keep its tracebacks to itself.
 
     >>> import io
@@ -154,13 +155,22 @@ def relay_ranks_stderr(source, sink) -> None:
     >>> out.getvalue()
     'stopped by SIGTERM\\n'
     """
-    quiet, pending = False, b""
+    quiet, pending, failure = False, b"", {}
 
     def write(text: bytes) -> None:
         nonlocal quiet
         line = text.decode(errors="replace")
         quiet = quiet or line.startswith("Traceback (most recent call last)")
-        if not quiet and not _LAUNCHER_LINE.match(line):
+        if quiet:  # a rank that died from a signal said nothing: the launcher's report of it, in one line
+            field = re.match(r"^\s*(rank|exitcode|traceback)\s*: (.*)$", line)
+            if field:
+                failure[field.group(1)] = field.group(2).strip()
+            if {"rank", "exitcode", "traceback"} <= set(failure) and failure["exitcode"].startswith("-"):
+                sink.write(f"marl-ppo train: rank {failure['rank']} died: {failure['traceback']} "
+                           f"(exitcode {failure['exitcode']})\n")  # fmt: skip
+                sink.flush()
+                failure.clear()
+        elif not _LAUNCHER_LINE.match(line):
             sink.write(line)
             sink.flush()
 
