@@ -13,10 +13,10 @@ lists every value with its source.
 'nstep'
 >>> RECIPES.lookup("epymarl").values_for("lbf")["train.lr"], RECIPES.lookup("epymarl").values_for("vmas")["train.lr"]
 (0.0003, 0.0005)
->>> RECIPES.lookup("mapo")
+>>> RECIPES.lookup("mapo")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: unknown recipe 'mapo' (did you mean 'mappo' or 'marl_ppo'?); registered: ['benchmarl', 'epymarl', 'mappo', 'marl_ppo']
+ValueError: unknown recipe 'mapo' (did you mean 'mappo' or 'marl_ppo'?); registered: [...]
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ RECIPES: Table[Recipe] = Table(
             "marl_ppo",
             "this project's ablation on LBF 8x8-2p-2f-coop (docs/recipes.md, 'The ablation', 3 seeds x 1 000 000 "
             "frames): of the EPyMARL paper's ingredients, the team's summed reward alone moved both the plateau "
-            "(0.85 -> 0.97) and the greedy return (0.10 -> 0.85); the rest is the config's own",
+            "(0.85 -> 0.97) and the greedy return (0.10 -> 0.85); the rest is the config's own. Measured on 8x8: on "
+            "10x10-3p-3f the team's reward learned more slowly at 1 000 000 frames (0.55 against 0.68)",
             families={"lbf": {"reward_table": TEAM_SUM}},
         ),
     ],
