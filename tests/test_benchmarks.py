@@ -348,3 +348,12 @@ def test_export_latency_quick_times_every_format_for_an_agent_a_group_and_64():
     for rows in ("one agent", "one group", "64 groups"):
         m = re.search(rf"^mlp\s+{rows}\s+(\S+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", out.stdout, re.M)
         assert m and all(float(v) > 0 for v in m.groups()[1:]), out.stdout
+
+
+def test_ablation_quick_trains_each_variant_and_reports_training_greedy_and_sampled(tmp_path):
+    out = _run("ablation.py", "--quick", "--out", str(tmp_path), "--csv", str(tmp_path / "a.csv"), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for variant in ("base", "team"):
+        assert re.search(rf"^\| {variant} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", out.stdout, re.M), out.stdout
+    rows = (tmp_path / "a.csv").read_text().splitlines()
+    assert rows[0].startswith("variant,seed,frames") and len(rows) == 1 + 2 * 3  # 2 variants x 3 seeds
