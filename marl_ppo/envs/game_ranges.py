@@ -19,7 +19,7 @@ from typing import Any
 
 from marl_ppo.options import ConfigError
 
-__all__ = ["HANABI_RANGES", "check_openspiel_kwargs", "check_openspiel"]
+__all__ = ["HANABI_RANGES", "OPENSPIEL_RANGES", "check_openspiel_kwargs", "check_openspiel"]
 
 # The Hanabi Learning Environment's HanabiGame constructor (hanabi_lib/hanabi_game.cc:33-37, as open_spiel 2.0.2
 # ships it): MinPlayers() = 2 <= players <= MaxPlayers() = 5, 0 < colors <= kMaxNumColors = 5, 0 < ranks <=
@@ -35,24 +35,29 @@ HANABI_RANGES: dict[str, tuple[int, int | None]] = {
 }
 
 
-def _in_range(name: str, value: Any, low: int, high: int | None, what: str) -> None:
+# each game's name in messages, the library that declares its ranges, and the ranges, by its OpenSpiel name (a game
+# not here is played first in a child process)
+OPENSPIEL_RANGES: dict[str, tuple[str, str, dict[str, tuple[int, int | None]]]] = {
+    "hanabi": ("OpenSpiel's Hanabi", "the Hanabi Learning Environment", HANABI_RANGES),
+}
+
+
+def _in_range(name: str, value: Any, low: int, high: int | None, what: str, library: str) -> None:
     span = f"{low} to {high}" if high is not None else f"{low} or more"
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"env.kwargs.{name}={value!r}: {what} takes an integer, {span}")
     if value < low or (high is not None and value > high):
-        raise ConfigError(
-            f"env.kwargs.{name}={value}: {what} takes {span} (outside it, the Hanabi Learning Environment "
-            "crashes the process)"
-        )
+        raise ConfigError(f"env.kwargs.{name}={value}: {what} takes {span} (outside it, {library} crashes the process)")
 
 
 def check_openspiel_kwargs(game: str, kwargs: dict[str, Any]) -> None:
-    """Refuses a Hanabi parameter outside :data:`HANABI_RANGES` (other games: the child-process probe)."""
-    if game != "hanabi":
+    """Refuses a parameter outside its game's :data:`OPENSPIEL_RANGES` (other games: the child-process probe)."""
+    if game not in OPENSPIEL_RANGES:
         return
+    what, library, ranges = OPENSPIEL_RANGES[game]
     for name, value in kwargs.items():
-        if name in HANABI_RANGES:
-            _in_range(name, value, *HANABI_RANGES[name], "OpenSpiel's Hanabi")
+        if name in ranges:
+            _in_range(name, value, *ranges[name], what, library)
 
 
 def check_openspiel(cfg) -> None:
